@@ -1,0 +1,35 @@
+"""The ``harness`` command line.
+
+Each command group lives in its own module of this package and knows only the library module
+it fronts (``harness.environment``, ``harness.artifacts``, ...); this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import click
+
+from harness import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="harness")
+def main() -> None:
+    """ml-harness: tiered, seeded test suites, quarantine, flake hunting, environment checks,
+    artifact validation and performance gates for ML training code.
+
+    Start with `harness ci` (the whole pipeline the GitHub workflow runs) or
+    `harness run --tier unit` (one tier, with reports in reports/).
+    """
+
+
+def _register() -> None:
+    from harness.cli import artifacts, env, quarantine, runs
+
+    main.add_command(env.env)
+    main.add_command(artifacts.artifacts)
+    main.add_command(quarantine.quarantine)
+    for command in runs.COMMANDS:
+        main.add_command(command)
+
+
+_register()

@@ -1,0 +1,3 @@
+"""`harness run`, `harness ci` and `harness flaky`: placeholder."""
+
+COMMANDS: list = []
