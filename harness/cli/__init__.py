@@ -23,11 +23,12 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import artifacts, env, quarantine, runs
+    from harness.cli import artifacts, env, perf, quarantine, runs
 
     main.add_command(env.env)
     main.add_command(artifacts.artifacts)
     main.add_command(quarantine.quarantine)
+    main.add_command(perf.perf)
     for command in runs.COMMANDS:
         main.add_command(command)
 
