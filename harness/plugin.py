@@ -1,0 +1,740 @@
+"""The ml-harness pytest plugin: tiers, seeds, determinism, goldens and the quarantine.
+
+Registered through the ``pytest11`` entry point ``harness`` (disable with ``-p no:harness``).
+Hooks here are thin: what they do lives in modules that know nothing of pytest
+(:mod:`harness.tiers`, :mod:`harness.seeding`, :mod:`harness.goldens`,
+:mod:`harness.quarantine`).
+
+Options (``pytest --help``, group "ml-harness"):
+
+``--tier unit,property``        run only these tiers (folders under ``suites/``)
+``--harness-seed N|last``       the run's base seed (default ``$HARNESS_SEED``, else random)
+``--harness-deterministic``     ``auto`` (on under ``$CI``), ``on`` or ``off``
+``--harness-quarantine PATH``   the quarantine file (default ``quarantine.toml`` in the rootdir)
+``--harness-update-goldens``    record golden values instead of comparing them
+``--harness-json PATH``         write a JSON report of the run (``harness run`` uses it)
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime as dt
+import json
+import os
+import shlex
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import goldens as _goldens
+from harness import quarantine as _quarantine
+from harness import seeding
+from harness import tiers as _tiers
+
+SEED_CACHE_KEY = "harness/seed"
+JSON_REPORT_VERSION = 1
+
+
+def is_ci() -> bool:
+    """True when ``$CI`` is set to anything but an explicit false value (GitHub sets ``true``)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclasses.dataclass
+class TestRecord:
+    """What the run learned about one test, across its setup/call/teardown reports."""
+
+    nodeid: str
+    tier: str | None
+    seed: int | None
+    outcome: str = "passed"
+    duration_s: float = 0.0
+    message: str | None = None
+    longrepr: str | None = None
+    quarantine: dict[str, str] | None = None
+
+
+@dataclasses.dataclass
+class HarnessState:
+    rootpath: Path
+    suites_dir: Path
+    goldens_dir: Path
+    tiers: dict[str, _tiers.Tier]
+    selected: list[str]
+    seed: int
+    seed_source: str
+    deterministic: bool
+    ci: bool
+    quarantine_path: Path
+    quarantine: list[_quarantine.Entry]
+    quarantine_problems: list[str]
+    hypothesis_profile: str | None
+    update_goldens: bool
+    started: float = dataclasses.field(default_factory=time.time)
+    determinism_applied: bool = False
+    tier_skips: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    records: dict[str, TestRecord] = dataclasses.field(default_factory=dict)
+    golden_files: dict[Path, _goldens.GoldenFile] = dataclasses.field(default_factory=dict)
+    golden_events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+
+STATE = pytest.StashKey[HarnessState]()
+TIER = pytest.StashKey[str | None]()
+QUARANTINED = pytest.StashKey[_quarantine.Entry]()
+
+
+# --------------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Profiles must exist before hypothesis's own pytest_configure loads --hypothesis-profile,
+    # and plugin configure order is not ours to choose: addoption runs before any configure.
+    _register_hypothesis_profiles()
+    group = parser.getgroup("harness", "ml-harness: tiers, seeds, goldens, quarantine")
+    group.addoption(
+        "--tier",
+        action="append",
+        dest="harness_tiers",
+        default=[],
+        metavar="TIER[,TIER]",
+        help="run only these tiers (folders under the suites dir); comma-separated or "
+        "repeated. Default: every tier.",
+    )
+    group.addoption(
+        "--harness-seed",
+        dest="harness_seed",
+        default=None,
+        metavar="N|last|random",
+        help="base seed of the run; 'last' replays the previous run's. "
+        "Default: $HARNESS_SEED if set, else a new random seed (printed in the header).",
+    )
+    group.addoption(
+        "--harness-deterministic",
+        dest="harness_deterministic",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="torch deterministic algorithms, cuDNN flags and CUBLAS_WORKSPACE_CONFIG. "
+        "Default: auto (on when $CI is set).",
+    )
+    group.addoption(
+        "--harness-quarantine",
+        dest="harness_quarantine",
+        default=None,
+        metavar="PATH",
+        help="the quarantine file. Default: quarantine.toml in the rootdir.",
+    )
+    group.addoption(
+        "--harness-update-goldens",
+        action="store_true",
+        dest="harness_update_goldens",
+        default=False,
+        help="record the values of golden checks instead of comparing them; review the "
+        "changed files under the goldens dir and commit them. Default: off.",
+    )
+    group.addoption(
+        "--harness-json",
+        dest="harness_json",
+        default=None,
+        metavar="PATH",
+        help="write a JSON report of the run (tests, tiers, seed, quarantine, environment) "
+        "to PATH. Default: none.",
+    )
+    parser.addini(
+        "harness_suites_dir",
+        "folder whose subfolders are the tiers, relative to the rootdir (default: suites)",
+        default="suites",
+    )
+    parser.addini(
+        "harness_goldens_dir",
+        "folder for golden files, relative to the rootdir (default: suites/goldens)",
+        default="suites/goldens",
+    )
+
+
+# --------------------------------------------------------------------------- configure
+
+
+def _pyproject_harness_table(rootpath: Path) -> dict[str, Any]:
+    path = rootpath / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise pytest.UsageError(f"{path}: {exc}") from exc
+    table = data.get("tool", {}).get("harness", {})
+    unknown = set(table) - {"tiers"}
+    if unknown:
+        raise pytest.UsageError(f"{path}: unknown key(s) in [tool.harness]: {sorted(unknown)}")
+    return table
+
+
+def _resolve_seed(config: pytest.Config) -> tuple[int, str]:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "harness_seed" in workerinput:
+        return int(workerinput["harness_seed"]), "controller"
+    raw = config.getoption("harness_seed")
+    source = "--harness-seed"
+    if raw is None and os.environ.get("HARNESS_SEED"):
+        raw, source = os.environ["HARNESS_SEED"], "$HARNESS_SEED"
+    if raw is None or raw == "random":
+        return seeding.new_base_seed(), "random"
+    if raw == "last":
+        cache = getattr(config, "cache", None)
+        cached = cache.get(SEED_CACHE_KEY, None) if cache is not None else None
+        if cached is None:
+            raise pytest.UsageError(
+                "--harness-seed=last: no previous seed is recorded in the pytest cache "
+                "(.pytest_cache); pass the seed printed in the earlier run's header instead"
+            )
+        return int(cached), "last run"
+    try:
+        seed = int(raw)
+    except ValueError:
+        raise pytest.UsageError(
+            f"{source} must be an integer, 'last' or 'random', got {raw!r}"
+        ) from None
+    if not 0 <= seed < 2**seeding.SEED_BITS:
+        raise pytest.UsageError(f"{source} must be in [0, 2**32), got {seed}")
+    return seed, source
+
+
+def _selected_tiers(config: pytest.Config, tiers: dict[str, _tiers.Tier]) -> list[str]:
+    names = [n.strip() for opt in config.getoption("harness_tiers") for n in opt.split(",")]
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in tiers]
+    if unknown:
+        raise pytest.UsageError(
+            f"--tier: unknown tier(s) {', '.join(unknown)}; known tiers: {', '.join(tiers)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _register_hypothesis_profiles() -> bool:
+    """Register the harness's hypothesis profiles; False when hypothesis is not installed.
+
+    ``ci`` is derandomized (the same examples on every run, so CI is not a lottery) and keeps
+    no example database; ``nightly`` runs many more examples from fresh randomness; ``dev`` is
+    hypothesis's defaults seeded from the run's base seed. Deadlines are off everywhere: on
+    shared CI runners a slow example is noise, not a bug.
+    """
+    try:
+        from hypothesis import settings
+    except ImportError:
+        return False
+    settings.register_profile("dev", deadline=None)
+    settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+    settings.register_profile(
+        "nightly", max_examples=2000, database=None, deadline=None, print_blob=True
+    )
+    return True
+
+
+def _setup_hypothesis(config: pytest.Config, ci: bool, seed: int) -> str | None:
+    """Load the profile: ``--hypothesis-profile`` (hypothesis loads it itself), else
+    ``$HYPOTHESIS_PROFILE``, else ``ci`` under CI and ``dev`` elsewhere."""
+    if "hypothesis" not in sys.modules:
+        return None
+    import hypothesis
+    from hypothesis import settings
+
+    chosen = config.getoption("hypothesis_profile", None)
+    if chosen is None:
+        chosen = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ci else "dev")
+        try:
+            settings.load_profile(chosen)
+        except hypothesis.errors.InvalidArgument as exc:
+            raise pytest.UsageError(f"$HYPOTHESIS_PROFILE: {exc}") from None
+    if not settings().derandomize and config.getoption("hypothesis_seed", None) is None:
+        # Tie hypothesis's randomness to the run's seed so --harness-seed replays it too.
+        import hypothesis.core
+
+        hypothesis.core.global_force_seed = seed
+    return chosen
+
+
+def _test_exists(rootpath: Path, test: str) -> str | None:
+    """None when the node id names a test function present in its file, else why not.
+
+    Checked on the source (AST) rather than on the collected items, so an entry for a test
+    outside this run's selection is still checked, and never mistaken for a stale one.
+    """
+    file_part, *names = test.split("::")
+    path = rootpath / file_part
+    if not path.is_file():
+        return f"file {file_part} does not exist"
+    if not names:
+        return None
+    names[-1] = names[-1].split("[", 1)[0]
+    try:
+        body: list[ast.stmt] = ast.parse(path.read_bytes(), str(path)).body
+    except (SyntaxError, ValueError):
+        return None  # collection reports the syntax error itself
+    for name in names:
+        found = [
+            node
+            for node in body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.name == name
+        ]
+        if not found:
+            return f"no test {'::'.join(names)} in {file_part}"
+        body = found[0].body if isinstance(found[0], ast.ClassDef) else []
+    return None
+
+
+def _quarantine_problems(
+    entries: list[_quarantine.Entry], rootpath: Path, path: Path, today: dt.date
+) -> list[str]:
+    problems = []
+    for entry in entries:
+        where = f"{path.name}:{entry.line}"
+        if entry.is_expired(today):
+            problems.append(
+                f"{where}: quarantine of {entry.test} expired on {entry.expires} "
+                f"({entry.issue}); fix the test, or extend the entry with a reason"
+            )
+        missing = _test_exists(rootpath, entry.test)
+        if missing:
+            problems.append(
+                f"{where}: stale quarantine entry {entry.test}: {missing}; remove it "
+                f"(harness quarantine remove '{entry.test}')"
+            )
+    return problems
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*needs): skip unless every need is met (harness.tiers)")
+    config.addinivalue_line("markers", "quarantined: set by the harness on quarantined tests")
+    rootpath = config.rootpath
+    try:
+        tiers = _tiers.load_tiers(_pyproject_harness_table(rootpath).get("tiers"))
+    except _tiers.TierConfigError as exc:
+        raise pytest.UsageError(f"{rootpath / 'pyproject.toml'}: {exc}") from None
+    for name, tier in tiers.items():
+        config.addinivalue_line("markers", f"{name}: {tier.description} (set from the folder)")
+    selected = _selected_tiers(config, tiers)
+    ci = is_ci()
+    seed, seed_source = _resolve_seed(config)
+    if getattr(config, "cache", None) is not None and not hasattr(config, "workerinput"):
+        config.cache.set(SEED_CACHE_KEY, seed)
+    mode = config.getoption("harness_deterministic")
+    qpath = config.getoption("harness_quarantine")
+    quarantine_path = Path(qpath) if qpath else rootpath / "quarantine.toml"
+    try:
+        entries = _quarantine.load(quarantine_path)
+    except _quarantine.QuarantineError as exc:
+        raise pytest.UsageError(f"malformed quarantine file: {exc}") from None
+    if qpath and not quarantine_path.exists():
+        raise pytest.UsageError(f"--harness-quarantine: {quarantine_path} does not exist")
+    config.stash[STATE] = HarnessState(
+        rootpath=rootpath,
+        suites_dir=rootpath / config.getini("harness_suites_dir"),
+        goldens_dir=rootpath / config.getini("harness_goldens_dir"),
+        tiers=tiers,
+        selected=selected,
+        seed=seed,
+        seed_source=seed_source,
+        deterministic=mode == "on" or (mode == "auto" and ci),
+        ci=ci,
+        quarantine_path=quarantine_path,
+        quarantine=entries,
+        quarantine_problems=_quarantine_problems(entries, rootpath, quarantine_path, dt.date.today()),
+        hypothesis_profile=_setup_hypothesis(config, ci, seed),
+        update_goldens=config.getoption("harness_update_goldens"),
+    )
+    if config.stash[STATE].deterministic:
+        # Must be in the environment before CUDA initialises; the torch switches are applied
+        # lazily at the first test that runs with torch imported (import costs over a second).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", seeding.CUBLAS_WORKSPACE_CONFIG)
+    config.pluginmanager.register(Recorder(config.stash[STATE]), "harness-recorder")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(), "harness-xdist")
+
+
+class XdistHooks:
+    """Registered only when pytest-xdist is present: every worker gets the controller's seed."""
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["harness_seed"] = node.config.stash[STATE].seed
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash[STATE]
+    det = "on" if state.deterministic else "off"
+    lines = [
+        f"harness: seed {state.seed} ({state.seed_source}; replay with --harness-seed={state.seed}),"
+        f" deterministic mode {det}{' (CI)' if state.ci else ''}"
+        + (f", hypothesis profile {state.hypothesis_profile}" if state.hypothesis_profile else ""),
+        f"harness: tiers {', '.join(state.selected) if state.selected else 'all'}"
+        f" (of {', '.join(state.tiers)}); quarantine {_rel(state.quarantine_path, state.rootpath)}"
+        f" ({len(state.quarantine)} entries)",
+    ]
+    return lines
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def _tier_of(state: HarnessState, path: Path) -> str | None:
+    try:
+        first = path.relative_to(state.suites_dir).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return first if first in state.tiers else None
+
+
+def _tier_skip_reason(state: HarnessState, tier: str) -> str | None:
+    if tier not in state.tier_skips:
+        missing = _tiers.missing_needs(state.tiers[tier].needs)
+        state.tier_skips[tier] = f"tier {tier} skipped: {'; '.join(missing)}" if missing else None
+    return state.tier_skips[tier]
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    state = config.stash[STATE]
+    keep, drop = [], []
+    for item in items:
+        tier = _tier_of(state, item.path)
+        item.stash[TIER] = tier
+        if state.selected and tier not in state.selected:
+            drop.append(item)
+            continue
+        keep.append(item)
+        if tier is not None:
+            item.add_marker(tier)
+            reason = _tier_skip_reason(state, tier)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+        for mark in item.iter_markers("needs"):
+            missing = _tiers.missing_needs(mark.args)
+            if missing:
+                item.add_marker(pytest.mark.skip(reason="; ".join(missing)))
+        entry = _quarantine.find(state.quarantine, item.nodeid)
+        if entry is not None:
+            item.stash[QUARANTINED] = entry
+            item.add_marker(pytest.mark.quarantined)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _test_seed(state: HarnessState, nodeid: str) -> int:
+    return seeding.derive_seed(state.seed, nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Seed before fixtures are set up, so fixtures that draw random numbers are seeded too."""
+    state = item.config.stash[STATE]
+    if state.deterministic and not state.determinism_applied and "torch" in sys.modules:
+        seeding.enable_determinism()
+        state.determinism_applied = True
+    seeding.seed_everything(_test_seed(state, item.nodeid))
+
+
+def repro_command(state: HarnessState, nodeid: str) -> str:
+    """A copy-pasteable command that reruns one test with the run's seed and mode."""
+    parts = ["pytest", shlex.quote(nodeid), f"--harness-seed={state.seed}"]
+    if state.deterministic and not state.ci:
+        parts.append("--harness-deterministic=on")
+    return " ".join(parts)
+
+
+def _crash_message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message.splitlines()[0] if crash.message else ""
+    return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    report: pytest.TestReport = yield
+    state = item.config.stash[STATE]
+    report.harness_tier = item.stash.get(TIER, None)
+    report.harness_seed = _test_seed(state, item.nodeid)
+    entry = item.stash.get(QUARANTINED, None)
+    if report.failed:
+        report.sections.append(("harness: reproduce with", repro_command(state, item.nodeid)))
+        if entry is not None:
+            # Quarantine turns the failure into a reported, non-gating outcome. The failure
+            # text is kept for the summary and the reports: quarantine hides nothing.
+            message = _crash_message(report)
+            report.harness_quarantine = {
+                "reason": entry.reason,
+                "issue": entry.issue,
+                "expires": entry.expires.isoformat(),
+                "failure": message,
+                "longrepr": str(report.longrepr),
+            }
+            report.outcome = "skipped"
+            report.wasxfail = f"quarantined ({entry.issue}): {entry.reason}; failed: {message}"
+    elif entry is not None and report.when == "call" and report.passed:
+        report.harness_quarantine = {
+            "reason": entry.reason,
+            "issue": entry.issue,
+            "expires": entry.expires.isoformat(),
+            "failure": None,
+        }
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    q = getattr(report, "harness_quarantine", None)
+    if q and q.get("failure") is not None and report.skipped:
+        return "quarantined", "Q", ("QUARANTINED", {"yellow": True})
+    return None
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        reason = report.longrepr[2]
+        return reason[len("Skipped: ") :] if reason.startswith("Skipped: ") else reason
+    return str(report.longrepr or "")
+
+
+class Recorder:
+    """Collects per-test records from reports (registered per config in pytest_configure;
+    ``pytest_runtest_logreport`` gets no config, so the state travels with this object).
+    Under xdist it runs on the controller, which receives every worker's reports."""
+
+    def __init__(self, state: HarnessState) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        records = self.state.records
+        record = records.get(report.nodeid)
+        if record is None:
+            record = records[report.nodeid] = TestRecord(
+                nodeid=report.nodeid,
+                tier=getattr(report, "harness_tier", None),
+                seed=getattr(report, "harness_seed", None),
+            )
+        record.duration_s += report.duration
+        quarantine = getattr(report, "harness_quarantine", None)
+        if quarantine is not None:
+            record.quarantine = quarantine
+        if record.outcome in ("failed", "error", "quarantined"):
+            return  # the first bad outcome of a test is the one that counts
+        if quarantine is not None and quarantine.get("failure") is not None:
+            record.outcome = "quarantined"
+            record.message = quarantine["failure"]
+            record.longrepr = quarantine.get("longrepr")
+        elif report.failed:
+            record.outcome = "failed" if report.when == "call" else "error"
+            record.message = _crash_message(report)
+            record.longrepr = str(report.longrepr)
+        elif report.skipped:
+            if hasattr(report, "wasxfail"):
+                record.outcome, record.message = "xfailed", report.wasxfail
+            else:
+                record.outcome, record.message = "skipped", _skip_reason(report)
+        elif report.when == "call" and hasattr(report, "wasxfail"):
+            record.outcome, record.message = "xpassed", report.wasxfail
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """This test's seed: derived from the run's base seed and the test's node id.
+
+    ``random``, NumPy's global RNG and torch are already seeded with it before the test runs;
+    use it to seed anything else (a ``torch.Generator``, a DataLoader, a subprocess).
+    """
+    return _test_seed(request.config.stash[STATE], request.node.nodeid)
+
+
+@pytest.fixture
+def rng(seed: int) -> Any:
+    """A ``numpy.random.Generator`` seeded with this test's seed."""
+    import numpy
+
+    return numpy.random.default_rng(seed)
+
+
+class Golden:
+    """The ``golden`` fixture: ``golden.check(name, value, rtol=..., atol=...)``."""
+
+    def __init__(self, state: HarnessState, file: _goldens.GoldenFile, nodeid: str, key: str):
+        self._state, self._file, self._nodeid, self._key = state, file, nodeid, key
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def check(self, name: str, value: object, *, rtol: float, atol: float) -> None:
+        """Compare ``value`` (a number or a list of numbers) with the recorded golden ``name``.
+
+        Both ``rtol`` and ``atol`` are required: the band is part of the claim, so say next to
+        the call why it is as wide as it is.
+        """
+        result = self._file.check(
+            self._key,
+            name,
+            value,
+            rtol=rtol,
+            atol=atol,
+            update=self._state.update_goldens,
+            ci=self._state.ci,
+        )
+        if result.action != "matched":
+            self._state.golden_events.append((self._nodeid, result.action, name))
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Golden:
+    """Recorded reference numbers with a tolerance band (see :mod:`harness.goldens`)."""
+    state = request.config.stash[STATE]
+    path = Path(request.node.path)
+    try:
+        rel = path.relative_to(state.suites_dir)
+    except ValueError:
+        rel = path.relative_to(state.rootpath) if path.is_relative_to(state.rootpath) else Path(path.name)
+    file_path = state.goldens_dir / rel.with_suffix(".json")
+    file = state.golden_files.setdefault(file_path, _goldens.GoldenFile(file_path))
+    key = request.node.nodeid.split("::", 1)[1] if "::" in request.node.nodeid else request.node.name
+    return Golden(state, file, request.node.nodeid, key)
+
+
+# --------------------------------------------------------------------------- the end
+
+
+def _over_budget(state: HarnessState) -> list[tuple[TestRecord, float]]:
+    out = []
+    for record in state.records.values():
+        tier = state.tiers.get(record.tier or "")
+        if tier and tier.budget_s is not None and record.duration_s > tier.budget_s:
+            out.append((record, tier.budget_s))
+    return sorted(out, key=lambda rb: -rb[0].duration_s)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or hasattr(config, "workerinput"):
+        return
+    tr = terminalreporter
+    records = list(state.records.values())
+    quarantined = [r for r in records if r.outcome == "quarantined"]
+    q_passed = [r for r in records if r.quarantine and r.quarantine.get("failure") is None and r.outcome == "passed"]
+    failed = [r for r in records if r.outcome in ("failed", "error")]
+    if quarantined:
+        tr.write_sep("=", f"harness: {len(quarantined)} quarantined failure(s) (not gating)", yellow=True)
+        for r in quarantined:
+            q = r.quarantine or {}
+            tr.write_sep("_", r.nodeid, yellow=True)
+            tr.write_line(f"quarantined until {q.get('expires')}: {q.get('reason')} ({q.get('issue')})")
+            if r.longrepr:
+                tr.write_line(r.longrepr)
+    if q_passed:
+        tr.write_sep("=", "harness: quarantined tests that passed", green=True)
+        for r in q_passed:
+            tr.write_line(f"{r.nodeid}: passed while quarantined; remove its entry once it is fixed")
+    if state.quarantine_problems:
+        tr.write_sep("=", "harness: quarantine problems (these fail the run)", red=True, bold=True)
+        for problem in state.quarantine_problems:
+            tr.write_line(problem, red=True)
+    over = _over_budget(state)
+    if over:
+        tr.write_sep("=", f"harness: {len(over)} test(s) over their tier's time budget", yellow=True)
+        for record, budget in over:
+            tr.write_line(f"{record.duration_s:7.2f}s > {budget:g}s  {record.nodeid}")
+    if state.golden_events:
+        tr.write_sep("=", "harness: goldens written (review and commit)", yellow=True)
+        for nodeid, action, name in state.golden_events:
+            tr.write_line(f"{action} {name!r} for {nodeid}")
+    if failed:
+        tr.write_sep("=", f"harness: reproduce failures (seed {state.seed})", red=True)
+        for r in failed:
+            tr.write_line(repro_command(state, r.nodeid))
+    tr.write_line(f"harness: seed {state.seed}; replay this run with --harness-seed={state.seed}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return
+    for file in state.golden_files.values():
+        file.save()
+    if hasattr(config, "workerinput"):
+        return
+    if state.quarantine_problems and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    path = config.getoption("harness_json")
+    if path:
+        write_json_report(Path(path), state, int(session.exitstatus))
+
+
+def write_json_report(path: Path, state: HarnessState, exit_status: int) -> None:
+    """The machine-readable record of the run that ``harness run`` renders into reports."""
+    try:
+        from harness.environment import fingerprint
+
+        environment = fingerprint()
+    except Exception as exc:  # a report without a fingerprint beats no report
+        environment = {"error": f"fingerprint failed: {exc}"}
+    tiers = {
+        name: {
+            "description": tier.description,
+            "needs": list(tier.needs),
+            "budget_s": tier.budget_s,
+            "selected": not state.selected or name in state.selected,
+            "skipped_reason": state.tier_skips.get(name),
+        }
+        for name, tier in state.tiers.items()
+    }
+    over = {record.nodeid for record, _ in _over_budget(state)}
+    report = {
+        "version": JSON_REPORT_VERSION,
+        "seed": state.seed,
+        "seed_source": state.seed_source,
+        "deterministic": state.deterministic,
+        "ci": state.ci,
+        "hypothesis_profile": state.hypothesis_profile,
+        "started": dt.datetime.fromtimestamp(state.started, dt.timezone.utc).isoformat(),
+        "duration_s": round(time.time() - state.started, 3),
+        "exit_status": exit_status,
+        "tiers": tiers,
+        "quarantine": {
+            "path": str(state.quarantine_path),
+            "entries": len(state.quarantine),
+            "problems": state.quarantine_problems,
+        },
+        "goldens": [
+            {"nodeid": n, "action": a, "name": g} for n, a, g in state.golden_events
+        ],
+        "environment": environment,
+        "tests": [
+            {
+                **dataclasses.asdict(r),
+                "duration_s": round(r.duration_s, 4),
+                "over_budget": r.nodeid in over,
+                "repro": repro_command(state, r.nodeid) if r.outcome in ("failed", "error", "quarantined") else None,
+            }
+            for r in state.records.values()
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
