@@ -228,10 +228,14 @@ def _register_hypothesis_profiles() -> bool:
         from hypothesis import settings
     except ImportError:
         return False
-    settings.register_profile("dev", deadline=None)
-    settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+    # Explicit parent: register_profile otherwise inherits from whatever profile is loaded now.
+    base = settings.get_profile("default")
+    settings.register_profile("dev", base, deadline=None)
     settings.register_profile(
-        "nightly", max_examples=2000, database=None, deadline=None, print_blob=True
+        "ci", base, derandomize=True, database=None, deadline=None, print_blob=True
+    )
+    settings.register_profile(
+        "nightly", base, max_examples=2000, database=None, deadline=None, print_blob=True
     )
     return True
 

@@ -1,10 +1,465 @@
-"""Placeholder: replaced by the tolerance module."""
-DEFAULT_TOLERANCES: dict = {}
+"""Numeric comparison for tests: one ``assert_close`` with a per-dtype tolerance table.
+
+Modelled on ``torch.testing.assert_close``: per-dtype default ``(rtol, atol)`` pairs kept in one
+table, both tolerances or neither, dtype and shape checked by default, and a failure message
+that says how many elements are off, by how much, where, and what was allowed. Unlike torch's
+version it takes torch tensors, NumPy arrays and Python scalars interchangeably, and it does
+not import torch: tensors are recognised only when the caller has already imported torch, so
+the module works (and imports fast) where torch is not installed.
+
+Examples::
+
+    >>> import numpy as np
+    >>> assert_close(np.float32(1.0) + np.float32(1e-6), np.float32(1.0))
+    >>> assert_close([1.0, {"b": 2}], [1.0, {"b": 2}])
+    >>> assert_close(np.array([1.0, 2.0]), np.array([1.0, 2.5]))
+    Traceback (most recent call last):
+    ...
+    AssertionError: Tensor-likes are not close!
+    <BLANKLINE>
+    Mismatched elements: 1 / 2 (50.0%)
+    Greatest absolute difference: 0.5 at index (1,) (up to 1e-07 allowed)
+    Greatest relative difference: 0.2 at index (1,) (up to 1e-07 allowed)
+    Tolerance: rtol=1e-07, atol=1e-07 (default for float64)
+    >>> rel_error(np.array([3.0, 5.0]), np.array([3.0, 4.0]))
+    0.2
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import numpy as np
+
+__all__ = ["DEFAULT_TOLERANCES", "assert_close", "rel_error"]
+
+_EXACT = (0.0, 0.0)
+
+#: Default ``(rtol, atol)`` per dtype name, used when neither tolerance is given.
+#: float16/bfloat16/float32/float64 and the complex types are torch.testing's values.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1.3e-6, 1e-5),
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    # float8 has no torch.testing default (torch compares it exactly, which no float8 kernel
+    # passes). rtol is one unit in the last place at 1.0: e4m3 keeps 3 mantissa bits, so
+    # 2**-3 = 0.125; e5m2 keeps 2, so 2**-2 = 0.25. atol is a floor for values near zero,
+    # where float8's few exponent steps flush small results to 0 or the smallest subnormal.
+    "float8_e4m3fn": (0.125, 1e-3),
+    "float8_e4m3fnuz": (0.125, 1e-3),
+    "float8_e5m2": (0.25, 1e-3),
+    "float8_e5m2fnuz": (0.25, 1e-3),
+    # Complex values are compared by modulus of the difference, with the precision of their
+    # component type (complex32 is torch's half-precision complex).
+    "complex32": (1e-3, 1e-5),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+    "bool": _EXACT,
+    "int8": _EXACT,
+    "int16": _EXACT,
+    "int32": _EXACT,
+    "int64": _EXACT,
+    "uint8": _EXACT,
+    "uint16": _EXACT,
+    "uint32": _EXACT,
+    "uint64": _EXACT,
+}
+
+# Floating dtypes NumPy holds natively; any other torch floating dtype (bfloat16, float8,
+# complex32) is widened by torch before crossing over.
+_NUMPY_NATIVE_INEXACT = {"float16", "float32", "float64", "complex64", "complex128"}
+
+_SUPPORTED = (
+    "torch.Tensor, numpy.ndarray, numpy scalars, int, float, bool, complex, None, "
+    "and lists, tuples and dicts of these"
+)
 
 
-def assert_close(actual, expected, *, rtol=None, atol=None, **kwargs):  # pragma: no cover
-    raise NotImplementedError
+def assert_close(
+    actual: Any,
+    expected: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    equal_nan: bool = False,
+    check_dtype: bool = True,
+    msg: str | None = None,
+) -> None:
+    """Assert that ``actual`` and ``expected`` are close: ``|a - e| <= atol + rtol * |e|``.
+
+    Leaves may be torch tensors (any device; compared on the CPU), NumPy arrays or scalars,
+    or Python ``int``/``float``/``bool``/``complex``; ``None`` matches only ``None``. Lists,
+    tuples and dicts are compared item by item: same keys, same lengths, and a failure names
+    the path to the bad leaf (``actual['layer1'][2]``). A list and a tuple compare as equals.
+
+    Without ``rtol``/``atol`` the defaults come from :data:`DEFAULT_TOLERANCES` by dtype
+    (Python ``float`` is float64, ``int`` is int64). Integer and bool leaves must match
+    exactly and are compared as integers, so int64 values above 2**53 do not lose bits.
+    Everything else is compared in float64 (complex128), bfloat16 and float8 widened by torch.
+    Infinities match only the same infinity; NaN matches nothing unless ``equal_nan`` (then
+    it matches only NaN).
+
+    Args:
+        rtol, atol: give both or neither; a loosened tolerance in a test should carry a
+            comment saying why.
+        equal_nan: let NaN match NaN.
+        check_dtype: require the same dtype name (``torch.float32`` and ``np.float32`` are
+            the same). When False, values of any dtypes are compared and the looser of the
+            two defaults applies (the larger rtol and the larger atol).
+        msg: prepended to the failure message.
+
+    Raises:
+        AssertionError: values, dtypes, shapes or structure differ.
+        ValueError: only one of ``rtol``/``atol`` given, a negative tolerance, or a dtype
+            with no default tolerance and none given.
+        TypeError: a leaf of an unsupported type.
+
+    Examples::
+
+        >>> import numpy as np
+        >>> assert_close(np.ones(3, np.float16), np.ones(3, np.float16) + np.float16(1e-3))
+        >>> assert_close({"w": [1, 2]}, {"w": [1, 3]})
+        Traceback (most recent call last):
+        ...
+        AssertionError: Scalars are not equal!
+        <BLANKLINE>
+        Expected 3 but got 2.
+        Absolute difference: 1 (up to 0.0 allowed)
+        Relative difference: 0.3333333333333333 (up to 0.0 allowed)
+        Tolerance: rtol=0.0, atol=0.0 (default for int64)
+        <BLANKLINE>
+        The failure occurred at actual['w'][1].
+        >>> assert_close(1.0, 1.1, rtol=0.1, atol=0.0)  # a loose bound: say why in real tests
+    """
+    if (rtol is None) != (atol is None):
+        given, missing = ("rtol", "atol") if atol is None else ("atol", "rtol")
+        raise ValueError(
+            f"{given} was given without {missing}: pass both rtol and atol, or neither to use "
+            f"the per-dtype defaults"
+        )
+    if rtol is not None:
+        _check_tolerance("rtol", rtol)
+        _check_tolerance("atol", atol)
+        rtol, atol = float(rtol), float(atol)
+    _compare(actual, expected, "actual", rtol, atol, equal_nan, check_dtype, msg)
 
 
-def rel_error(a, b):  # pragma: no cover
-    raise NotImplementedError
+def rel_error(a: Any, b: Any) -> float:
+    """Relative error ``||a - b||_2 / ||b||_2`` over all elements, computed in float64.
+
+    The relative-norm check used for kernels: an attention or matmul kernel's output is
+    compared to a reference by this single number against a per-dtype bound (FlashAttention's
+    tests, for example, require the kernel's error to be within a small multiple of the
+    error of a plain PyTorch implementation in the same low precision). Unlike an elementwise
+    check, it tolerates the occasional large relative error on an element near zero.
+
+    ``a`` and ``b`` are tensors (any dtype, bfloat16 and float8 included), arrays or scalars
+    of one shape. ``b`` is the reference. When ``||b|| == 0`` the result is 0.0 if ``a`` is
+    zero too, else inf. Any NaN gives nan. Infinities that match exactly count as no error
+    (and are left out of ``||b||``, which they would make infinite); any other infinity gives
+    inf.
+
+    Examples::
+
+        >>> import numpy as np
+        >>> rel_error(np.array([3.0, 5.0]), np.array([3.0, 4.0]))  # ||(0, 1)|| / ||(3, 4)||
+        0.2
+        >>> rel_error(0.0, 0.0), rel_error(1e-30, 0.0)
+        (0.0, inf)
+    """
+    x = _as_inexact(_to_leaf(a, "a")[0])
+    y = _as_inexact(_to_leaf(b, "b")[0])
+    if x.shape != y.shape:
+        raise ValueError(f"rel_error needs inputs of one shape, got a {x.shape} and b {y.shape}")
+    if np.isnan(x).any() or np.isnan(y).any():
+        return math.nan
+    same_inf = np.isinf(y) & (x == y)
+    if same_inf.any():
+        x, y = x[~same_inf], y[~same_inf]
+    if max(_peak(x), _peak(y)) > np.finfo(np.float64).max / 2:
+        # x - y could overflow. The ratio does not change when both are halved, which is
+        # exact at these magnitudes.
+        x, y = x / 2, y / 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        num = _norm2(x - y)
+    den = _norm2(y)
+    if num == math.inf:  # an unmatched infinity; inf / ||b|| would be nan when b holds it
+        return math.inf
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return float(num / den)
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure
+
+
+def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) -> None:
+    # Classify both sides before comparing kinds, so an unsupported leaf is reported as a
+    # TypeError (a bug in the test) rather than as a mismatch (a bug in the code under test).
+    expected_path = path.replace("actual", "expected", 1)
+    kind_a, kind_e = _kind(actual, path), _kind(expected, expected_path)
+    if kind_a != kind_e:
+        kinds = f"actual is {_type_name(actual)}, expected is {_type_name(expected)}"
+        _fail([f"type mismatch: {kinds}"], path, msg)
+    if kind_a == "none":
+        return
+    if kind_a == "mapping":
+        missing = [k for k in expected if k not in actual]
+        extra = [k for k in actual if k not in expected]
+        if missing or extra:
+            _fail([f"dict keys differ: missing from actual {missing}, not expected {extra}"],
+                  path, msg)
+        for key in expected:
+            _compare(actual[key], expected[key], f"{path}[{key!r}]",
+                     rtol, atol, equal_nan, check_dtype, msg)
+        return
+    if kind_a == "sequence":
+        if len(actual) != len(expected):
+            _fail([f"length mismatch: actual has {len(actual)} items, expected {len(expected)}"],
+                  path, msg)
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _compare(a, e, f"{path}[{i}]", rtol, atol, equal_nan, check_dtype, msg)
+        return
+    lines = _compare_leaves(_to_leaf(actual, path), _to_leaf(expected, expected_path),
+                            rtol, atol, equal_nan, check_dtype)
+    if lines:
+        _fail(lines, path, msg)
+
+
+def _kind(x, path: str) -> str:
+    if x is None:
+        return "none"
+    if _is_leaf(x):
+        return "leaf"
+    if isinstance(x, Mapping):
+        return "mapping"
+    if isinstance(x, (list, tuple)):
+        return "sequence"
+    raise TypeError(f"assert_close does not support {_type_name(x)} (at {path}); "
+                    f"it compares {_SUPPORTED}")
+
+
+def _fail(lines: list[str], path: str, msg: str | None) -> NoReturn:
+    if path != "actual":  # only nested leaves need a location
+        lines = [*lines, "", f"The failure occurred at {path}."]
+    text = "\n".join(lines)
+    raise AssertionError(f"{msg}\n\n{text}" if msg else text)
+
+
+def _type_name(x) -> str:
+    cls = type(x)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_tolerance(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Leaves: everything becomes a NumPy array plus the dtype name it came with
+
+
+def _torch_tensor_type():
+    # torch costs ~1.5 s to import. If the caller has not imported it, no tensor can exist,
+    # so looking it up in sys.modules is both cheap and exact.
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+def _is_leaf(x) -> bool:
+    tensor = _torch_tensor_type()
+    return (isinstance(x, (np.ndarray, np.generic, bool, int, float, complex))
+            or (tensor is not None and isinstance(x, tensor)))
+
+
+def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
+    """Return ``(values, dtype name)``; values keep their dtype unless NumPy lacks it."""
+    tensor = _torch_tensor_type()
+    if tensor is not None and isinstance(x, tensor):
+        return _tensor_to_numpy(x, path)
+    if isinstance(x, bool):  # before int: bool is an int subclass
+        return np.asarray(x, dtype=np.bool_), "bool"
+    if isinstance(x, int):
+        try:
+            return np.asarray(x, dtype=np.int64), "int64"
+        except OverflowError:
+            raise ValueError(f"the Python int {x} (at {path}) does not fit in int64; "
+                             f"compare it as a float or an int64 array") from None
+    if isinstance(x, float):
+        return np.asarray(x, dtype=np.float64), "float64"
+    if isinstance(x, complex):
+        return np.asarray(x, dtype=np.complex128), "complex128"
+    if isinstance(x, (np.ndarray, np.generic)):
+        arr = np.asarray(x)
+        if arr.dtype.kind in "biufc":
+            return arr, arr.dtype.name
+        if arr.dtype.name in DEFAULT_TOLERANCES:  # ml_dtypes' bfloat16/float8 arrays
+            return arr.astype(np.float64), arr.dtype.name
+        raise TypeError(f"assert_close does not support numpy arrays of dtype {arr.dtype} "
+                        f"(at {path})")
+    raise TypeError(f"expected a tensor, array or number, got {_type_name(x)} (at {path})")
+
+
+def _tensor_to_numpy(t, path: str) -> tuple[np.ndarray, str]:
+    torch = sys.modules["torch"]
+    name = str(t.dtype).removeprefix("torch.")
+    t = t.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    # Conjugate and negative views are lazy bits that .numpy() refuses; materialise them.
+    t = t.cpu().resolve_conj().resolve_neg()
+    if (t.dtype.is_floating_point or t.dtype.is_complex) and name not in _NUMPY_NATIVE_INEXACT:
+        # Widening is exact for every narrower float, and values are compared in float64 anyway.
+        t = t.to(torch.complex128 if t.dtype.is_complex else torch.float64)
+    try:
+        return t.numpy(), name
+    except (TypeError, RuntimeError) as err:
+        raise TypeError(f"assert_close does not support tensors of dtype {name} (at {path}): "
+                        f"{err}") from None
+
+
+def _as_inexact(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.complex128 if values.dtype.kind == "c" else np.float64, copy=False)
+
+
+def _peak(x: np.ndarray) -> float:
+    return float(np.abs(x).max(initial=0.0))
+
+
+def _norm2(x: np.ndarray) -> float:
+    # Scale by the largest magnitude first: squaring values above ~1e154 would overflow to inf.
+    peak = _peak(x)
+    if peak == 0.0 or not math.isfinite(peak):
+        return peak
+    return peak * float(np.sqrt(np.sum(np.square(np.abs(x) / peak))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing two leaves
+
+
+def _compare_leaves(a, e, rtol, atol, equal_nan, check_dtype) -> list[str] | None:
+    (av, a_dtype), (ev, e_dtype) = a, e
+    if av.shape != ev.shape:  # never broadcast: (3,) against (1, 3) is a bug worth seeing
+        return [f"shape mismatch: actual {av.shape}, expected {ev.shape}"]
+    if check_dtype and a_dtype != e_dtype:
+        return [f"dtype mismatch: actual {a_dtype}, expected {e_dtype} "
+                f"(pass check_dtype=False to compare values only)"]
+    rtol, atol, source = _tolerances(a_dtype, e_dtype, rtol, atol)
+
+    integral = av.dtype.kind in "biu" and ev.dtype.kind in "biu"
+    if integral:
+        av, ev = _common_integer(av, ev)
+        matches = av == ev
+        if rtol or atol:
+            # Equal values already passed exactly; the tolerance test itself may round above
+            # 2**53, which matters only for a bound that fine on numbers that large.
+            matches |= _isclose(av.astype(np.float64), ev.astype(np.float64), rtol, atol, False)
+    else:
+        av, ev = _as_inexact(av), _as_inexact(ev)
+        matches = _isclose(av, ev, rtol, atol, equal_nan)
+    if matches.all():
+        return None
+
+    header = "Scalars" if av.ndim == 0 else "Tensor-likes"
+    lines = [f"{header} are not {'equal' if rtol == atol == 0 else 'close'}!", ""]
+    lines += _difference_lines(av, ev, ~matches, rtol, atol, integral)
+    if not integral:
+        lines += _special_value_lines(av, ev, ~matches, equal_nan)
+    lines.append(f"Tolerance: rtol={rtol!r}, atol={atol!r} ({source})")
+    return lines
+
+
+def _tolerances(a_dtype: str, e_dtype: str, rtol, atol) -> tuple[float, float, str]:
+    if rtol is not None:
+        return rtol, atol, "given"
+    for name in (a_dtype, e_dtype):
+        if name not in DEFAULT_TOLERANCES:
+            raise ValueError(f"no default tolerance for dtype {name}: pass rtol= and atol= "
+                             f"(defaults exist for {', '.join(DEFAULT_TOLERANCES)})")
+    if a_dtype == e_dtype:
+        return (*DEFAULT_TOLERANCES[a_dtype], f"default for {a_dtype}")
+    (ra, aa), (re, ae) = DEFAULT_TOLERANCES[a_dtype], DEFAULT_TOLERANCES[e_dtype]
+    return max(ra, re), max(aa, ae), f"default: looser of {a_dtype} and {e_dtype}"
+
+
+def _common_integer(a: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if a.dtype == e.dtype:
+        return a, e
+    # NumPy promotes int64 with uint64 to float64, which would round; Python ints do not.
+    if np.dtype(np.uint64) in (a.dtype, e.dtype):
+        return a.astype(object), e.astype(object)
+    return a.astype(np.int64), e.astype(np.int64)
+
+
+def _isclose(a: np.ndarray, e: np.ndarray, rtol: float, atol: float, equal_nan: bool):
+    # Same rule as torch.isclose: exact equality first (so inf matches only the same inf),
+    # then the tolerance test for finite pairs only (inf - inf is nan, inf vs 1e308 is never
+    # close however loose the tolerance).
+    with np.errstate(invalid="ignore", over="ignore"):
+        close = a == e
+        if equal_nan:
+            close |= np.isnan(a) & np.isnan(e)
+        finite = np.isfinite(a) & np.isfinite(e)
+        close |= finite & (np.abs(a - e) <= atol + rtol * np.abs(e))
+    return np.asarray(close)
+
+
+def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if integral:  # only to find where; the reported values are exact below
+            abs_diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        else:
+            abs_diff = np.abs(a - e)
+        rel_diff = abs_diff / np.abs(e.astype(np.float64) if integral else e)
+
+    def worst(diff: np.ndarray):
+        # The largest difference among mismatched elements. NaN differences (from NaN inputs,
+        # or inf against inf) are left out here and counted by _special_value_lines.
+        candidates = np.asarray(bad & ~np.isnan(diff))
+        if not candidates.any():
+            return None
+        return np.unravel_index(int(np.argmax(np.where(candidates, diff, -np.inf))), diff.shape)
+
+    def value(kind: str, idx):
+        if idx is None:
+            return math.nan
+        if not integral:
+            return float((abs_diff if kind == "absolute" else rel_diff)[idx])
+        d = abs(int(a[idx]) - int(e[idx]))  # exact, even above 2**53
+        return d if kind == "absolute" else (d / abs(int(e[idx])) if int(e[idx]) else math.inf)
+
+    i_abs, i_rel = worst(abs_diff), worst(rel_diff)
+    if a.ndim == 0:
+        a_item, e_item = a.item(), e.item()
+        return [f"Expected {e_item!r} but got {a_item!r}.",
+                f"Absolute difference: {value('absolute', i_abs)!r} (up to {atol!r} allowed)",
+                f"Relative difference: {value('relative', i_rel)!r} (up to {rtol!r} allowed)"]
+    def at(idx) -> str:
+        return "" if idx is None else f" at index {tuple(int(i) for i in idx)}"
+
+    n_bad, n = int(bad.sum()), bad.size
+    return [f"Mismatched elements: {n_bad} / {n} ({n_bad / n:.1%})",
+            f"Greatest absolute difference: {value('absolute', i_abs)!r}{at(i_abs)} "
+            f"(up to {atol!r} allowed)",
+            f"Greatest relative difference: {value('relative', i_rel)!r}{at(i_rel)} "
+            f"(up to {rtol!r} allowed)"]
+
+
+def _special_value_lines(a, e, bad, equal_nan) -> list[str]:
+    lines = []
+    for label, test in (("NaN", np.isnan), ("Inf", np.isinf)):
+        in_a, in_e = int((bad & test(a)).sum()), int((bad & test(e)).sum())
+        if in_a or in_e:
+            lines.append(f"{label} in mismatched elements: {in_a} in actual, {in_e} in expected")
+    both_nan = int((bad & np.isnan(a) & np.isnan(e)).sum())
+    if both_nan and not equal_nan:
+        lines.append(f"{both_nan} of them are NaN on both sides: "
+                     f"pass equal_nan=True if NaN should match NaN")
+    return lines

@@ -1,0 +1,67 @@
+"""Fixtures for testing the harness from the outside: write a project, run pytest on it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """Write files (dedented) into the pytester directory: ``project({"suites/unit/test_a.py": src})``.
+
+    The inner runs start outside CI unless a test sets ``CI`` itself, and with no seed from the
+    environment, so the outer run's settings never leak in.
+    """
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("HARNESS_SEED", raising=False)
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+
+    def write(files: dict[str, str]) -> Path:
+        for rel, src in files.items():
+            path = pytester.path / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(src).lstrip("\n"))
+        return pytester.path
+
+    return write
+
+
+@pytest.fixture(autouse=True)
+def _restore_hypothesis_profile():
+    """In-process pytester runs load a hypothesis profile and may force a seed: both are
+    process-global, so put the outer run's back afterwards."""
+    try:
+        import hypothesis.core
+        from hypothesis import settings
+    except ImportError:
+        yield
+        return
+    profile, forced = settings.get_current_profile_name(), hypothesis.core.global_force_seed
+    yield
+    settings.load_profile(profile)
+    hypothesis.core.global_force_seed = forced
+
+
+def _quarantine_entry(test: str, *, added: dt.date | None = None, expires: dt.date | None = None,
+                      reason: str = "fails about 1 in 50 on the GPU runner") -> str:
+    added = added or dt.date.today()
+    expires = expires or added + dt.timedelta(days=30)
+    return (
+        "[[quarantine]]\n"
+        f'test = "{test}"\n'
+        f'reason = "{reason}"\n'
+        'issue = "https://github.com/ORG/REPO/issues/123"\n'
+        f"added = {added.isoformat()}\n"
+        f"expires = {expires.isoformat()}\n"
+    )
+
+
+@pytest.fixture
+def quarantine_entry() -> Callable[..., str]:
+    """A function rendering one valid ``[[quarantine]]`` entry (dates default to today + 30)."""
+    return _quarantine_entry

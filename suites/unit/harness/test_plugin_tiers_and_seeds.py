@@ -1,0 +1,321 @@
+"""The plugin's tiers, seeds and determinism, tested from the outside with pytester."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+# Inner in-process runs import numpy and torch. pytester drops the modules first imported
+# inside a run, and torch cannot be imported twice in one process: import both here first.
+numpy = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+
+TWO_TIERS = {
+    "suites/unit/test_u.py": """
+        def test_u():
+            pass
+    """,
+    "suites/property/test_p.py": """
+        def test_p():
+            pass
+    """,
+    "suites/integration/test_i.py": """
+        def test_i():
+            pass
+    """,
+}
+
+
+def test_each_test_is_marked_with_its_folders_tier(project, pytester):
+    project(TWO_TIERS)
+    result = pytester.runpytest("-m", "property", "-q")
+    result.assert_outcomes(passed=1, deselected=2)
+    result.stdout.fnmatch_lines(["*1 passed, 2 deselected*"])
+
+
+def test_tier_option_selects_only_the_named_tiers(project, pytester):
+    project(TWO_TIERS)
+    result = pytester.runpytest("--tier", "unit,property", "-v")
+    result.assert_outcomes(passed=2, deselected=1)
+    result.stdout.fnmatch_lines(["*test_p.py::test_p PASSED*", "*test_u.py::test_u PASSED*"])
+    assert "test_i" not in result.stdout.str()
+
+
+def test_tests_outside_any_tier_are_deselected_when_tiers_are_chosen(project, pytester):
+    project({**TWO_TIERS, "tools/test_loose.py": "def test_loose():\n    pass\n"})
+    result = pytester.runpytest("--tier", "unit", "suites", "tools")
+    result.assert_outcomes(passed=1, deselected=3)
+
+
+def test_an_unknown_tier_is_a_usage_error_listing_the_known_ones(project, pytester):
+    project(TWO_TIERS)
+    result = pytester.runpytest("--tier", "unti")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown tier(s) unti; known tiers: unit, property, integration, distributed, gpu*"])
+
+
+def test_a_tier_with_a_missing_need_is_skipped_with_the_reason_shown(project, pytester):
+    project(
+        {
+            **TWO_TIERS,
+            "pyproject.toml": """
+                [tool.harness.tiers.integration]
+                needs = ["env:HARNESS_TEST_NEVER_SET"]
+            """,
+        }
+    )
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED*test_i.py*tier integration skipped: needs env:HARNESS_TEST_NEVER_SET: environment variable HARNESS_TEST_NEVER_SET is not set"]
+    )
+
+
+def test_a_tier_whose_needs_are_met_runs(project, pytester, monkeypatch):
+    monkeypatch.setenv("HARNESS_TEST_SET", "1")
+    project(
+        {
+            **TWO_TIERS,
+            "pyproject.toml": """
+                [tool.harness.tiers.integration]
+                needs = ["env:HARNESS_TEST_SET", "module:json", "exe:sh"]
+            """,
+        }
+    )
+    pytester.runpytest().assert_outcomes(passed=3)
+
+
+def test_the_gpu_tier_skips_on_a_machine_without_cuda_saying_why(project, pytester):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the gpu tier runs here")
+    project({"suites/gpu/test_g.py": "def test_g():\n    pass\n"})
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*tier gpu skipped: needs cuda: torch * sees no CUDA device*"])
+
+
+def test_a_malformed_tier_table_is_a_usage_error(project, pytester):
+    project({**TWO_TIERS, "pyproject.toml": "[tool.harness.tiers.unit]\nbudget = 3\n"})
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown key(s) ?'budget'?; known keys are*"])
+
+
+def test_the_needs_marker_skips_one_test_with_its_reason(project, pytester):
+    project(
+        {
+            "suites/unit/test_n.py": """
+                import pytest
+
+                @pytest.mark.needs("exe:surely-not-an-executable-xyz")
+                def test_needs_tool():
+                    pass
+
+                def test_plain():
+                    pass
+            """
+        }
+    )
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*needs exe:surely-not-an-executable-xyz*is not on PATH*"])
+
+
+def test_a_unit_test_over_its_budget_is_reported_in_the_summary(project, pytester):
+    project(
+        {
+            "pyproject.toml": "[tool.harness.tiers.unit]\nbudget_s = 0.2\n",
+            "suites/unit/test_slow.py": """
+                import time
+
+                def test_slow():
+                    time.sleep(0.5)
+
+                def test_fast():
+                    pass
+            """,
+        }
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)  # reported, not failed
+    result.stdout.fnmatch_lines(
+        ["*harness: 1 test(s) over their tier's time budget*", "*s > 0.2s  suites/unit/test_slow.py::test_slow"]
+    )
+    assert "test_fast" not in result.stdout.str().split("time budget")[1]
+
+
+DRAWS = {
+    "suites/unit/test_draws.py": """
+        import json, os, random
+
+        import numpy as np
+        import torch
+
+        def test_draw(seed):
+            with open(os.environ["DRAWS_OUT"], "a") as f:
+                f.write(json.dumps({"seed": seed, "random": random.random(),
+                                    "numpy": float(np.random.rand()),
+                                    "torch": float(torch.rand(1))}) + "\\n")
+    """
+}
+
+
+def _draws(pytester, monkeypatch, *args):
+    out = pytester.path / f"draws-{len(list(pytester.path.glob('draws-*')))}.jsonl"
+    monkeypatch.setenv("DRAWS_OUT", str(out))
+    pytester.runpytest(*args).assert_outcomes(passed=1)
+    return json.loads(out.read_text())
+
+
+def test_the_same_seed_reproduces_the_same_draws_and_another_seed_does_not(
+    project, pytester, monkeypatch
+):
+    project(DRAWS)
+    first = _draws(pytester, monkeypatch, "--harness-seed=1234")
+    again = _draws(pytester, monkeypatch, "--harness-seed=1234")
+    other = _draws(pytester, monkeypatch, "--harness-seed=1235")
+    assert first == again
+    for source in ("seed", "random", "numpy", "torch"):
+        assert first[source] != other[source], source
+
+
+def test_seed_last_replays_the_previous_runs_seed(project, pytester, monkeypatch):
+    project(DRAWS)
+    first = _draws(pytester, monkeypatch)  # a random base seed
+    replay = _draws(pytester, monkeypatch, "--harness-seed=last")
+    assert replay == first
+
+
+def test_the_seed_is_printed_in_the_header_and_taken_from_the_environment(
+    project, pytester, monkeypatch
+):
+    project(TWO_TIERS)
+    monkeypatch.setenv("HARNESS_SEED", "777")
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["harness: seed 777 ($HARNESS_SEED; replay with --harness-seed=777)*"])
+
+
+def test_a_bad_seed_is_a_usage_error(project, pytester):
+    project(TWO_TIERS)
+    result = pytester.runpytest("--harness-seed=abc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--harness-seed must be an integer, 'last' or 'random', got 'abc'*"])
+
+
+def test_a_tests_seed_does_not_depend_on_which_other_tests_ran(project, pytester, monkeypatch):
+    project(
+        {
+            "suites/unit/test_s.py": """
+                import json, os
+
+                def test_a(seed):
+                    open(os.environ["DRAWS_OUT"], "a").write(json.dumps({"a": seed}) + "\\n")
+
+                def test_b(seed):
+                    open(os.environ["DRAWS_OUT"], "a").write(json.dumps({"b": seed}) + "\\n")
+            """
+        }
+    )
+    out = pytester.path / "seeds.jsonl"
+    monkeypatch.setenv("DRAWS_OUT", str(out))
+    pytester.runpytest("--harness-seed=5").assert_outcomes(passed=2)
+    pytester.runpytest("--harness-seed=5", "suites/unit/test_s.py::test_b").assert_outcomes(passed=1)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["a"] != rows[1]["b"]  # each test has its own seed
+    assert rows[1]["b"] == rows[2]["b"]  # and keeps it when run alone
+
+
+def test_a_failing_test_prints_a_repro_command_that_reproduces_the_failure(project, pytester):
+    project(
+        {
+            "suites/unit/test_r.py": """
+                import random
+
+                def test_unlucky():
+                    value = random.random()
+                    assert value < 0, f"drew {value!r}"
+            """
+        }
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    match = re.search(r"^(pytest suites/unit/test_r.py::test_unlucky --harness-seed=\d+)$", out, re.M)
+    assert match, out
+    drawn = re.search(r"AssertionError: drew (\S+)", out).group(1)
+    rerun = pytester.runpytest(*shlex.split(match.group(1))[1:])
+    rerun.assert_outcomes(failed=1)
+    assert f"drew {drawn}" in rerun.stdout.str()
+
+
+DETERMINISM_PROBE = {
+    "suites/unit/test_det.py": """
+        import os
+        import torch
+
+        def test_probe():
+            print("DETERMINISTIC", torch.are_deterministic_algorithms_enabled(),
+                  torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+                  os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    """
+}
+
+
+@pytest.mark.parametrize(
+    ("ci", "args", "expected"),
+    [
+        (None, [], "DETERMINISTIC False False False None"),
+        ("true", [], "DETERMINISTIC True True False :4096:8"),
+        (None, ["--harness-deterministic=on"], "DETERMINISTIC True True False :4096:8"),
+        ("true", ["--harness-deterministic=off"], "DETERMINISTIC False False False None"),
+    ],
+    ids=["local-default-off", "ci-default-on", "local-opt-in", "ci-opt-out"],
+)
+def test_deterministic_mode_is_on_under_ci_and_selectable_locally(
+    project, pytester, monkeypatch, ci, args, expected
+):
+    project(DETERMINISM_PROBE)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    if ci:
+        monkeypatch.setenv("CI", ci)
+    # A subprocess: the torch switches are process-global and must not leak into this run.
+    result = pytester.runpytest_subprocess("-s", *args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*{expected}"])
+
+
+HYPOTHESIS_PROBE = {
+    "suites/property/test_h.py": """
+        from hypothesis import given, settings, strategies as st
+
+        @given(st.integers())
+        def test_probe(x):
+            s = settings()
+            print("PROFILE", s.derandomize, s.max_examples, s.database is None)
+    """
+}
+
+
+@pytest.mark.parametrize(
+    ("ci", "profile_env", "expected"),
+    [
+        ("true", None, "PROFILE True 100 True"),
+        (None, "nightly", "PROFILE False 2000 True"),
+        (None, None, "PROFILE False 100 False"),
+    ],
+    ids=["ci-derandomized", "nightly-many-examples", "dev"],
+)
+def test_the_hypothesis_profile_follows_ci_and_the_nightly_switch(
+    project, pytester, monkeypatch, ci, profile_env, expected
+):
+    project(HYPOTHESIS_PROBE)
+    if ci:
+        monkeypatch.setenv("CI", ci)
+    if profile_env:
+        monkeypatch.setenv("HYPOTHESIS_PROFILE", profile_env)
+    result = pytester.runpytest("-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"{expected}*"])
