@@ -145,6 +145,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write a JSON report of the run (tests, tiers, seed, quarantine, environment) "
         "to PATH. Default: none.",
     )
+    group.addoption(
+        "--harness-no-fingerprint",
+        action="store_true",
+        dest="harness_no_fingerprint",
+        default=False,
+        help="leave the environment fingerprint out of the JSON report (it imports torch to "
+        "ask about CUDA, ~1-2 s; the flake hunter's many short runs skip it). Default: off.",
+    )
     parser.addini(
         "harness_suites_dir",
         "folder whose subfolders are the tiers, relative to the rootdir (default: suites)",
@@ -452,7 +460,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if state.deterministic and not state.determinism_applied and "torch" in sys.modules:
         seeding.enable_determinism()
         state.determinism_applied = True
-    seeding.seed_everything(_test_seed(state, item.nodeid))
+    seed = _test_seed(state, item.nodeid)
+    seeding.seed_everything(seed)
+    # user_properties travel into JUnit XML (written from the teardown report).
+    item.user_properties += [("harness_tier", item.stash.get(TIER, None) or "-"), ("harness_seed", seed)]
 
 
 def repro_command(state: HarnessState, nodeid: str) -> str:
@@ -492,6 +503,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             }
             report.outcome = "skipped"
             report.wasxfail = f"quarantined ({entry.issue}): {entry.reason}; failed: {message}"
+            item.user_properties.append(("harness_quarantined", f"failed in {report.when}"))
     elif entry is not None and report.when == "call" and report.passed:
         report.harness_quarantine = {
             "reason": entry.reason,
@@ -499,6 +511,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             "expires": entry.expires.isoformat(),
             "failure": None,
         }
+        item.user_properties.append(("harness_quarantined", "passed"))
     return report
 
 
@@ -688,17 +701,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     path = config.getoption("harness_json")
     if path:
-        write_json_report(Path(path), state, int(session.exitstatus))
+        write_json_report(
+            Path(path), state, int(session.exitstatus),
+            fingerprint=not config.getoption("harness_no_fingerprint"),
+        )
 
 
-def write_json_report(path: Path, state: HarnessState, exit_status: int) -> None:
+def write_json_report(path: Path, state: HarnessState, exit_status: int, *, fingerprint: bool = True) -> None:
     """The machine-readable record of the run that ``harness run`` renders into reports."""
-    try:
-        from harness.environment import fingerprint
+    environment: dict[str, Any] = {}
+    if fingerprint:
+        try:
+            from harness.environment import fingerprint as _fingerprint
 
-        environment = fingerprint()
-    except Exception as exc:  # a report without a fingerprint beats no report
-        environment = {"error": f"fingerprint failed: {exc}"}
+            environment = _fingerprint(cwd=state.rootpath)
+        except Exception as exc:  # a report without a fingerprint beats no report
+            environment = {"error": f"fingerprint failed: {exc}"}
     tiers = {
         name: {
             "description": tier.description,

@@ -1,4 +1,4 @@
-"""Fixtures for testing the harness from the outside: write a project, run pytest on it."""
+"""Fixtures shared by the suites: testing the harness from the outside (write a project, run pytest on it)."""
 
 from __future__ import annotations
 

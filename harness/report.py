@@ -1,0 +1,171 @@
+"""Reports of a run: the markdown summary rendered from the plugin's JSON report.
+
+``harness run`` asks pytest for three files in its report directory:
+
+``junit.xml``    pytest's JUnit XML (each test case carries ``harness_tier``, ``harness_seed``
+                 and, when quarantined, ``harness_quarantined`` properties; a quarantined
+                 failure is a ``<skipped type="pytest.xfail">`` whose message holds the reason,
+                 the tracking link and the failure)
+``report.json``  the plugin's JSON report (:func:`harness.plugin.write_json_report`)
+``summary.md``   :func:`render_markdown` of the JSON report, also appended to
+                 ``$GITHUB_STEP_SUMMARY`` when that is set
+
+Nothing here imports pytest: the JSON report is the interface.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["OUTCOMES", "append_step_summary", "load", "render_markdown", "tier_counts"]
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "quarantined", "xfailed", "xpassed")
+"""Outcome columns, in the order the summary shows them."""
+
+_GATING = ("failed", "error")
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read a JSON report, with an error that names the file when it is missing or broken."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{path}: no JSON report; pytest did not get as far as writing one "
+            "(see its output above for a usage or collection error)"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a valid JSON report ({exc})") from None
+
+
+def tier_counts(report: Mapping[str, Any]) -> dict[str, Counter]:
+    """``{tier: Counter(outcome -> n)}`` in the report's tier order; untiered tests under "-"."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for test in report.get("tests", []):
+        counts[test.get("tier") or "-"][test["outcome"]] += 1
+    order = [t for t in report.get("tiers", {}) if t in counts] + sorted(
+        t for t in counts if t not in report.get("tiers", {})
+    )
+    return {tier: counts[tier] for tier in order}
+
+
+def _code(text: str) -> str:
+    return "`" + text.replace("`", "'") + "`"
+
+
+def _one_line(text: str | None, limit: int = 200) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _passed(report: Mapping[str, Any]) -> bool:
+    return report.get("exit_status") == 0
+
+
+def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run") -> str:
+    """A GitHub-flavoured markdown summary: verdict, seed, per-tier table, then details."""
+    tests = report.get("tests", [])
+    verdict = "✅ passed" if _passed(report) else f"❌ failed (exit status {report.get('exit_status')})"
+    if report.get("exit_status") == 5:
+        verdict = "❌ no tests ran (exit status 5)"
+    selected = [n for n, t in report.get("tiers", {}).items() if t.get("selected")]
+    seed = report.get("seed")
+    lines = [
+        f"## {title}: {verdict}",
+        "",
+        f"Seed {_code(str(seed))} (replay with {_code(f'--harness-seed={seed}')}) · "
+        f"deterministic mode {'on' if report.get('deterministic') else 'off'} · "
+        f"hypothesis profile {report.get('hypothesis_profile') or '-'} · "
+        f"tiers {', '.join(selected) or '-'} · {report.get('duration_s', 0):.1f} s",
+        "",
+    ]
+    counts = tier_counts(report)
+    shown = [o for o in OUTCOMES if o in ("passed", "failed", "skipped", "quarantined") or any(c[o] for c in counts.values())]
+    lines.append("| tier | " + " | ".join(shown) + " |")
+    lines.append("|---" * (len(shown) + 1) + "|")
+    for tier, counter in counts.items():
+        lines.append(f"| {tier} | " + " | ".join(str(counter[o]) for o in shown) + " |")
+    total = sum(counts.values(), Counter())
+    lines.append("| **total** | " + " | ".join(f"**{total[o]}**" for o in shown) + " |")
+    lines.append("")
+
+    skipped_tiers = [
+        (name, t["skipped_reason"]) for name, t in report.get("tiers", {}).items() if t.get("skipped_reason")
+    ]
+    failures = [t for t in tests if t["outcome"] in _GATING]
+    if failures:
+        lines += ["### Failures", ""]
+        for t in failures:
+            lines.append(f"- {_code(t['nodeid'])} ({t['outcome']}): {_one_line(t.get('message'))}")
+            if t.get("repro"):
+                lines.append(f"  - reproduce: {_code(t['repro'])}")
+        lines.append("")
+    quarantined = [t for t in tests if t["outcome"] == "quarantined"]
+    q_passed = [t for t in tests if t.get("quarantine") and t["outcome"] == "passed"]
+    if quarantined or q_passed:
+        lines += ["### Quarantined (reported, not gating)", ""]
+        for t in quarantined:
+            q = t["quarantine"]
+            lines.append(
+                f"- {_code(t['nodeid'])} failed: {_one_line(t.get('message'))}; "
+                f"{_one_line(q.get('reason'))} ([tracking]({q.get('issue')}), expires {q.get('expires')})"
+            )
+        for t in q_passed:
+            q = t["quarantine"]
+            lines.append(
+                f"- {_code(t['nodeid'])} passed while quarantined ([tracking]({q.get('issue')})): "
+                "remove the entry once it is fixed"
+            )
+        lines.append("")
+    problems = report.get("quarantine", {}).get("problems", [])
+    if problems:
+        lines += ["### Quarantine problems (these fail the run)", ""]
+        lines += [f"- {_one_line(p, 400)}" for p in problems]
+        lines.append("")
+    skips = Counter(
+        _one_line(t.get("message")) for t in tests if t["outcome"] == "skipped"
+    )
+    if skips or skipped_tiers:
+        lines += ["### Skipped", ""]
+        for reason, n in skips.most_common():
+            lines.append(f"- {n} × {reason or '(no reason given)'}")
+        lines.append("")
+    over = [t for t in tests if t.get("over_budget")]
+    if over:
+        lines += ["### Over their tier's time budget (reported, not gating)", ""]
+        budgets = {n: t.get("budget_s") for n, t in report.get("tiers", {}).items()}
+        for t in sorted(over, key=lambda t: -t["duration_s"]):
+            lines.append(f"- {_code(t['nodeid'])}: {t['duration_s']:.2f} s > {budgets.get(t.get('tier'))} s")
+        lines.append("")
+    if report.get("goldens"):
+        lines += ["### Goldens written (review and commit)", ""]
+        lines += [f"- {g['action']} {_code(g['name'])} for {_code(g['nodeid'])}" for g in report["goldens"]]
+        lines.append("")
+    env = report.get("environment") or {}
+    if env:
+        lines += ["<details><summary>Environment fingerprint</summary>", "", "| key | value |", "|---|---|"]
+        lines += [f"| {k} | {_one_line(str(v), 120)} |" for k, v in env.items()]
+        lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> Path | None:
+    """Append to ``$GITHUB_STEP_SUMMARY`` when it is set; returns the file written, if any."""
+    env = os.environ if env is None else env
+    target = env.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    path = Path(target)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(markdown.rstrip("\n") + "\n\n")
+    return path
+
+
+def gating_failures(reports: Iterable[Mapping[str, Any]]) -> int:
+    """How many tests failed or errored across reports (quarantined ones excluded)."""
+    return sum(1 for r in reports for t in r.get("tests", []) if t["outcome"] in _GATING)
