@@ -40,8 +40,15 @@ def env() -> None:
     help="Lock file to compare with. [default: requirements/cpu.lock of the project root, "
     "the nearest directory above the current one with a pyproject.toml]",
 )
+@click.option(
+    "--allow-extra",
+    is_flag=True,
+    help="Report distributions the lock does not name without failing: for a GPU runner whose "
+    "venv sees the image's own packages (CUDA libraries and the like) through "
+    "--system-site-packages. Missing and wrong versions still fail.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the drift as JSON on stdout.")
-def check(lock_path: Path | None, as_json: bool) -> None:
+def check(lock_path: Path | None, allow_extra: bool, as_json: bool) -> None:
     """Compare the installed distributions with a lock file, package by package.
 
     Lists what is missing (locked, not installed), extra (installed, not locked; pip,
@@ -54,7 +61,7 @@ def check(lock_path: Path | None, as_json: bool) -> None:
     \b
     Examples:
       harness env check
-      harness env check --lock requirements/gpu.lock --json
+      harness env check --lock requirements/gpu.lock --allow-extra --json
     """
     lock_path = lock_path or environment.default_lock_path()
     try:
@@ -66,7 +73,7 @@ def check(lock_path: Path | None, as_json: bool) -> None:
         click.echo(json.dumps(drift.to_dict(), indent=2))
     else:
         _print_drift(drift)
-    if not drift.clean:
+    if drift.missing or drift.wrong_version or (drift.extra and not allow_extra):
         raise SystemExit(1)
 
 

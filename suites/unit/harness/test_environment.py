@@ -221,6 +221,22 @@ def test_cli_check_exits_1_on_drift_and_lists_each_package(tmp_path):
     assert "click" in result.output and "==0.1" in result.output
 
 
+def test_cli_check_allow_extra_passes_extras_but_still_fails_missing_packages(tmp_path):
+    lock = lock_of_this_environment(tmp_path)
+    without_click = "".join(
+        line for line in lock.read_text().splitlines(keepends=True) if not line.startswith("click==")
+    )
+    lock.write_text(without_click)
+    strict = CliRunner().invoke(main, ["env", "check", "--lock", str(lock)])
+    assert strict.exit_code == 1 and "click" in strict.output
+    lenient = CliRunner().invoke(main, ["env", "check", "--lock", str(lock), "--allow-extra"])
+    assert lenient.exit_code == 0, lenient.output
+    assert "click" in lenient.output  # still reported
+    lock.write_text(without_click + "not-installed-pkg==1.0\n")
+    missing = CliRunner().invoke(main, ["env", "check", "--lock", str(lock), "--allow-extra"])
+    assert missing.exit_code == 1
+
+
 def test_cli_check_json_output_parses_and_lists_drift(tmp_path):
     lock = lock_of_this_environment(tmp_path)
     lock.write_text(lock.read_text() + "definitely-not-installed==1.0\n")
