@@ -47,3 +47,33 @@ lock:
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .hypothesis .asv
+
+# The GPU runner profile (the gpu job of .github/workflows/ci.yml): the image's Python already
+# carries CUDA builds of torch and triton that pip must not replace, so the venv sees the
+# system site-packages and installs requirements/gpu.lock without those two.
+# `harness env check --lock requirements/gpu.lock` then checks the image's torch and triton
+# against the lock's ranges. GPU_PYTHON is the image's interpreter.
+GPU_PYTHON ?= python3
+GPU_LOCK := requirements/gpu.lock
+GPU_STAMP := $(VENV)/.harness-gpu-installed
+
+.PHONY: venv-gpu
+
+venv-gpu: $(GPU_STAMP)
+
+$(GPU_STAMP): $(GPU_LOCK) pyproject.toml
+	@echo ">> building $(VENV) on $(GPU_PYTHON)'s torch and triton from $(GPU_LOCK)"
+	$(GPU_PYTHON) -c "import torch, triton; print('image: torch', torch.__version__, 'triton', triton.__version__)"
+	rm -rf $(VENV)
+	$(GPU_PYTHON) -m venv --system-site-packages $(VENV)
+	@# When the image's Python is itself a venv (the H200 image's python3 is
+	@# /opt/torch/.venv/bin/python3), --system-site-packages reaches only its base interpreter's
+	@# packages, without torch. A .pth file then adds the image venv's site-packages after
+	@# .venv's own: the order --system-site-packages gives. Empty (a no-op) otherwise.
+	$(GPU_PYTHON) -c "import site, sys; sys.prefix != sys.base_prefix and print('import site; ' + '; '.join('site.addsitedir(%r)' % p for p in site.getsitepackages()))" \
+	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_image_site_packages.pth"
+	$(PY) -c "import torch, triton" || { echo "!! $(VENV) does not see $(GPU_PYTHON)'s torch and triton" >&2; exit 1; }
+	grep -v -E '^(torch|triton)([<>=!~ ;]|$$)' $(GPU_LOCK) > $(VENV)/gpu-requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/gpu-requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(GPU_STAMP)

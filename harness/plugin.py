@@ -233,17 +233,21 @@ def _register_hypothesis_profiles() -> bool:
     shared CI runners a slow example is noise, not a bug.
     """
     try:
-        from hypothesis import settings
+        from hypothesis import HealthCheck, settings
     except ImportError:
         return False
     # Explicit parent: register_profile otherwise inherits from whatever profile is loaded now.
     base = settings.get_profile("default")
+    # A 2-core shared runner makes data generation look slow; that is not the code's fault.
+    slow_ok = [HealthCheck.too_slow]
     settings.register_profile("dev", base, deadline=None)
     settings.register_profile(
-        "ci", base, derandomize=True, database=None, deadline=None, print_blob=True
+        "ci", base, derandomize=True, database=None, deadline=None, print_blob=True,
+        suppress_health_check=slow_ok,
     )
     settings.register_profile(
-        "nightly", base, max_examples=2000, database=None, deadline=None, print_blob=True
+        "nightly", base, max_examples=2000, database=None, deadline=None, print_blob=True,
+        suppress_health_check=slow_ok,
     )
     return True
 

@@ -20,6 +20,9 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Calla
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("HARNESS_SEED", raising=False)
     monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    # hypothesis detects CI by these too and would then change its own defaults.
+    for var in ("GITHUB_ACTIONS", "TF_BUILD", "BUILDKITE", "CIRCLECI", "CODEBUILD_BUILD_ID", "GITLAB_CI", "JENKINS_URL"):
+        monkeypatch.delenv(var, raising=False)
 
     def write(files: dict[str, str]) -> Path:
         for rel, src in files.items():

@@ -1,0 +1,310 @@
+"""The GitHub workflows (.github/workflows) checked offline, and the unit job run for real.
+
+Static checks: GitHub's workflow schema (check-jsonschema), act's strict schema, actionlint and
+zizmor, all offline. Consistency: every remote action is pinned to a commit SHA, and every one
+that needs the network is mapped in .actrc to a committed no-op stub and skipped under act.
+Dynamic: act in host mode (no Docker) runs a throwaway workflow to prove that a failing step is
+seen as a failed job, then runs ci.yml's unit job exactly as .actrc configures it and requires
+``jobResult == "success"`` (act exits 0 for skipped jobs too, so the exit code is not enough).
+
+The tools come with requirements/cpu.lock; docs/ci.md gives the same commands to run by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+WORKFLOWS = ROOT / ".github" / "workflows"
+WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml")
+STUBS = ROOT / ".github" / "act-stubs"
+ACTRC = ROOT / ".actrc"
+
+CI_JOBS = {"unit", "property", "integration", "distributed", "gpu", "report"}
+NIGHTLY_JOBS = {"flake-hunt", "property-nightly"}
+
+# act copies every non-ignored file of the working tree and builds a fresh .venv in it (about
+# 40 s), then runs the whole unit tier; the job's own timeout-minutes is 20.
+UNIT_JOB_TIMEOUT_S = 20 * 60
+
+# act launched from inside act (ACT=true) would run this very test again, without end.
+under_act = pytest.mark.skipif(
+    bool(os.environ.get("ACT")), reason="running under act (ACT is set): act must not launch itself"
+)
+
+
+def tool(name: str) -> str:
+    """The executable from this interpreter's venv (requirements/cpu.lock), else from PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not in {candidate.parent} nor on PATH: requirements/cpu.lock "
+                    "installs it (make venv)")
+    return found
+
+
+def run(args: list[str], *, cwd: Path = ROOT, timeout: float = 120,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # stdin is closed so that act, missing an option, dies at its prompt instead of hanging.
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+
+def output_of(proc: subprocess.CompletedProcess[str]) -> str:
+    return (f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}"
+            f"\n--- stderr\n{proc.stderr[-6000:]}")
+
+
+def load_workflow(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def remote_steps(path: Path) -> list[tuple[str, dict]]:
+    """(job id, step) for every step of the workflow that uses a remote action."""
+    steps = []
+    for job_id, job in load_workflow(path)["jobs"].items():
+        for step in job.get("steps", []):
+            uses = step.get("uses", "")
+            if uses and not uses.startswith(("./", "docker://")):
+                steps.append((job_id, step))
+    return steps
+
+
+def actrc_local_repositories() -> dict[str, Path]:
+    """``owner/name@ref`` -> folder, from the --local-repository lines of .actrc."""
+    mappings = {}
+    for line in ACTRC.read_text(encoding="utf-8").splitlines():
+        match = re.fullmatch(r"--local-repository\s+(\S+?)=(\S+)", line.strip())
+        if match:
+            mappings[match.group(1)] = ROOT / match.group(2)
+    return mappings
+
+
+def act_env() -> dict[str, str]:
+    """The environment for act: this process's, minus what would leak into the job.
+
+    In host mode every step inherits act's environment. A job must see what a fresh runner
+    sees, not this pytest run: no activated venv on PATH, no pytest or harness settings, no
+    GitHub variables of an enclosing workflow run (act sets its own).
+    """
+    venv_bin = str(Path(sys.prefix) / "bin")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PYTEST_", "HARNESS_", "HYPOTHESIS_", "GITHUB_", "RUNNER_"))
+        and key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "ACT")
+    }
+    env["PATH"] = os.pathsep.join(
+        part for part in env.get("PATH", "").split(os.pathsep) if part and part != venv_bin
+    )
+    return env
+
+
+def act_events(stdout: str) -> list[dict]:
+    """The JSON log lines of ``act --json`` (other lines are skipped)."""
+    events = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def job_results(events: list[dict]) -> dict[str, str]:
+    """job id -> jobResult ("success", "failure", ...) for every job act finished."""
+    return {event["jobID"]: event["jobResult"] for event in events if "jobResult" in event}
+
+
+def job_log(events: list[dict], job_id: str, tail: int = 60) -> str:
+    """The failed steps and the last lines they printed, for a failure message."""
+    failed = [
+        event.get("step", "?")
+        for event in events
+        if event.get("jobID") == job_id and event.get("stepResult") == "failure"
+    ]
+    lines = [
+        event.get("msg", "").rstrip("\n")
+        for event in events
+        if event.get("jobID") == job_id
+        and (event.get("step") in failed or not failed)
+        and (event.get("raw_output") or event.get("level") == "error")
+    ]
+    return f"failed steps: {failed}\n--- their last {tail} lines\n" + "\n".join(lines[-tail:])
+
+
+def act_list(event: str | None = None) -> dict[str, str]:
+    """job id -> workflow file, from ``act -l [EVENT]``."""
+    proc = run([tool("act"), "-l", *([event] if event else [])])
+    assert proc.returncode == 0, output_of(proc)
+    rows = [re.split(r"\s{2,}", line.strip()) for line in proc.stdout.splitlines()]
+    header = next((row for row in rows if row[:2] == ["Stage", "Job ID"]), None)
+    assert header is not None, f"no job table in act -l output\n{output_of(proc)}"
+    at_id, at_file = header.index("Job ID"), header.index("Workflow file")
+    body = rows[rows.index(header) + 1:]
+    return {row[at_id]: row[at_file] for row in body if len(row) == len(header)}
+
+
+# --------------------------------------------------------------------------- static checks
+
+
+def test_workflows_match_githubs_workflow_schema() -> None:
+    proc = run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
+                *map(str, WORKFLOW_FILES)])
+    assert proc.returncode == 0, output_of(proc)
+
+
+def test_act_accepts_the_workflows_under_its_strict_schema() -> None:
+    proc = run([tool("act"), "--validate", "--strict"])
+    assert proc.returncode == 0, output_of(proc)
+
+
+def test_actionlint_finds_no_problem_in_the_workflows() -> None:
+    # It reads .github/actionlint.yaml, which declares the GPU runner's `gpu` label.
+    proc = run([tool("actionlint"), "-color=false", *map(str, WORKFLOW_FILES)])
+    assert proc.returncode == 0, output_of(proc)
+
+
+def test_zizmor_finds_no_problem_offline() -> None:
+    # --strict-collection: a file zizmor cannot parse (an act stub, say) fails instead of
+    # being skipped with a warning. Its config is .github/zizmor.yml (hash pins everywhere).
+    proc = run([tool("zizmor"), "--offline", "--strict-collection", "--no-progress", "."])
+    assert proc.returncode == 0, output_of(proc)
+
+
+def test_act_lists_every_ci_and_nightly_job() -> None:
+    listed = act_list()
+    missing = (CI_JOBS | NIGHTLY_JOBS) - set(listed)
+    assert not missing, f"act -l does not list {sorted(missing)}"
+    assert {job for job in CI_JOBS if listed[job] == "ci.yml"} == CI_JOBS
+    assert {job for job in NIGHTLY_JOBS if listed[job] == "nightly.yml"} == NIGHTLY_JOBS
+
+
+def test_pushes_trigger_the_ci_jobs_and_schedules_the_nightly_ones() -> None:
+    on_push, on_schedule = set(act_list("push")), set(act_list("schedule"))
+    assert CI_JOBS <= on_push and not NIGHTLY_JOBS & on_push, sorted(on_push)
+    assert NIGHTLY_JOBS <= on_schedule and not CI_JOBS & on_schedule, sorted(on_schedule)
+
+
+def test_every_remote_action_is_pinned_to_a_commit_sha() -> None:
+    unpinned = [
+        f"{path.name}:{job_id}: {step['uses']}"
+        for path in WORKFLOW_FILES
+        for job_id, step in remote_steps(path)
+        if not re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"])
+    ]
+    assert not unpinned, f"pin these to a full commit SHA (docs/ci.md): {unpinned}"
+
+
+def test_every_networked_action_is_skipped_under_act_and_mapped_to_a_stub() -> None:
+    mappings = actrc_local_repositories()
+    problems, used = [], set()
+    for path in WORKFLOW_FILES:
+        for job_id, step in remote_steps(path):
+            uses = step["uses"]
+            if uses.split("@")[0] == "actions/checkout":
+                continue  # act copies the working tree itself and skips checkout
+            used.add(uses)
+            where = f"{path.name}:{job_id}: {uses}"
+            if "!env.ACT" not in str(step.get("if", "")).replace(" ", ""):
+                problems.append(f"{where}: step lacks `if: ${{{{ !env.ACT }}}}`")
+            stub = mappings.get(uses)
+            if stub is None:
+                problems.append(f"{where}: no --local-repository {uses}=... line in .actrc")
+            elif not (stub / "action.yml").is_file():
+                problems.append(f"{where}: .actrc maps it to {stub}, which has no action.yml")
+            elif yaml.safe_load((stub / "action.yml").read_text())["runs"]["using"] != "composite":
+                problems.append(f"{where}: the stub in {stub} is not a composite action")
+    stale = sorted(set(mappings) - used)
+    assert not problems and not stale, f"problems: {problems}; .actrc maps unused refs: {stale}"
+
+
+def test_every_job_has_a_timeout_and_checkout_keeps_no_credentials() -> None:
+    problems = []
+    for path in WORKFLOW_FILES:
+        workflow = load_workflow(path)
+        if workflow.get("permissions") != {"contents": "read"}:
+            problems.append(f"{path.name}: top-level permissions must be exactly contents: read")
+        for job_id, job in workflow["jobs"].items():
+            if "timeout-minutes" not in job:
+                problems.append(f"{path.name}:{job_id}: no timeout-minutes")
+            for step in job.get("steps", []):
+                if step.get("uses", "").startswith("actions/checkout@") and (
+                    step.get("with", {}).get("persist-credentials") is not False
+                ):
+                    problems.append(
+                        f"{path.name}:{job_id}: checkout without persist-credentials: false"
+                    )
+    assert not problems, problems
+
+
+# --------------------------------------------------------------------------- act, host mode
+
+
+@under_act
+def test_act_sees_a_failing_step_as_a_failed_job(tmp_path: Path) -> None:
+    """The mechanics the unit-job test relies on, in a second: .actrc's host-mode platforms and
+    stubs work offline, and jobResult tells a passing job from a failing one."""
+    repo = tmp_path / "repo"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    shutil.copy(ACTRC, repo / ".actrc")
+    shutil.copytree(STUBS, repo / ".github" / "act-stubs")
+    upload = next(
+        uses for uses in actrc_local_repositories() if uses.startswith("actions/upload-artifact@")
+    )
+    (repo / ".github" / "workflows" / "probe.yml").write_text(
+        "name: probe\n"
+        "on: push\n"
+        "jobs:\n"
+        "  passes:\n"
+        "    runs-on: ubuntu-latest\n"
+        "    steps:\n"
+        "      - run: echo fine\n"
+        "      - if: ${{ !env.ACT }}\n"
+        f"        uses: {upload}\n"
+        "  fails:\n"
+        "    runs-on: ubuntu-latest\n"
+        "    steps:\n"
+        "      - run: exit 3\n",
+        encoding="utf-8",
+    )
+    git = ["git", "-c", "user.name=probe", "-c", "user.email=probe@example.invalid"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "probe"]):
+        proc = run([*git, *args], cwd=repo)
+        assert proc.returncode == 0, output_of(proc)
+    proc = run([tool("act"), "push", "--json", "--action-cache-path", str(tmp_path / "act")],
+               cwd=repo, env=act_env())
+    assert proc.returncode != 0, "act must exit non-zero when a job fails\n" + output_of(proc)
+    results = job_results(act_events(proc.stdout))
+    assert results == {"passes": "success", "fails": "failure"}, output_of(proc)
+
+
+@under_act
+def test_the_ci_unit_job_passes_under_act_in_host_mode() -> None:
+    """ci.yml's unit job, run by act as .actrc configures it: in a copy of the working tree
+    (act copies what .gitignore does not exclude), building .venv from the lock, checking it,
+    and running the unit tier through `harness run`."""
+    # The host workspace holds a whole venv (~1.7 GB): a temporary folder removed afterwards,
+    # whatever the outcome (act keeps a failed job's workspace).
+    with tempfile.TemporaryDirectory(prefix="act-unit-") as cache:
+        proc = run([tool("act"), "push", "-j", "unit", "--json", "--action-cache-path", cache],
+                   env=act_env(), timeout=UNIT_JOB_TIMEOUT_S)
+    events = act_events(proc.stdout)
+    results = job_results(events)
+    assert "unit" in results, "act did not run the unit job\n" + output_of(proc)
+    assert results["unit"] == "success", job_log(events, "unit")
+    assert proc.returncode == 0, output_of(proc)
