@@ -251,47 +251,11 @@ def test_a_failing_test_prints_a_repro_command_that_reproduces_the_failure(proje
     assert f"drew {drawn}" in rerun.stdout.str()
 
 
-DETERMINISM_PROBE = {
-    "suites/unit/test_det.py": """
-        import os
-        import torch
-
-        def test_probe():
-            print("DETERMINISTIC", torch.are_deterministic_algorithms_enabled(),
-                  torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
-                  os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
-    """
-}
-
-
-@pytest.mark.parametrize(
-    ("ci", "args", "expected"),
-    [
-        (None, [], "DETERMINISTIC False False False None"),
-        ("true", [], "DETERMINISTIC True True False :4096:8"),
-        (None, ["--harness-deterministic=on"], "DETERMINISTIC True True False :4096:8"),
-        ("true", ["--harness-deterministic=off"], "DETERMINISTIC False False False None"),
-    ],
-    ids=["local-default-off", "ci-default-on", "local-opt-in", "ci-opt-out"],
-)
-def test_deterministic_mode_is_on_under_ci_and_selectable_locally(
-    project, pytester, monkeypatch, ci, args, expected
-):
-    project(DETERMINISM_PROBE)
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    if ci:
-        monkeypatch.setenv("CI", ci)
-    # A subprocess: the torch switches are process-global and must not leak into this run.
-    result = pytester.runpytest_subprocess("-s", *args)
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"*{expected}"])
-
-
 HYPOTHESIS_PROBE = {
     "suites/property/test_h.py": """
         from hypothesis import given, settings, strategies as st
 
-        @given(st.integers())
+        @given(st.just(0))  # one possible example: hypothesis stops after it, whatever the profile
         def test_probe(x):
             s = settings()
             print("PROFILE", s.derandomize, s.max_examples, s.database is None)
@@ -318,4 +282,4 @@ def test_the_hypothesis_profile_follows_ci_and_the_nightly_switch(
         monkeypatch.setenv("HYPOTHESIS_PROFILE", profile_env)
     result = pytester.runpytest("-s", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"{expected}*"])
+    result.stdout.fnmatch_lines([f"*{expected}*"])
