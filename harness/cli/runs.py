@@ -268,7 +268,8 @@ def ci_command(report_dir: Path, tiers: str, lock: Path | None, seed: str | None
     _report.append_step_summary(summary)
     console.rule("harness ci summary")
     click.echo(summary)
-    console.print(f"reports: {report_dir}/summary.md, {report_dir}/cpu/, {report_dir}/gpu/, {report_dir}/perf/")
+    written = [report_dir / "summary.md", *(d for d in (report_dir / n for n in ("cpu", "gpu", "perf")) if d.is_dir())]
+    console.print("reports: " + ", ".join(map(str, written)), soft_wrap=True)
     sys.exit(0 if ok else 1)
 
 
