@@ -1,0 +1,278 @@
+"""Benchmark: this kernel against PyTorch SDPA's flash, cuDNN and efficient backends.
+
+    python -m reference_impls.attention.bench                 # the full table (CUDA only)
+    python -m reference_impls.attention.bench --dims 128 --lengths 4096 --modes fwd
+
+FLOPs (the convention of FlashAttention's and Triton's benchmarks): the forward pass does two
+matmuls of 2*B*H*N*N*D each, ``4 * B * H * N^2 * D``, halved when causal (half the scores
+are masked and skipped); forward+backward counts 3.5 times that (the backward does five
+matmuls of the same size: 2.5 forward passes). TFLOP/s = FLOPs / median time. Times are
+medians (with the 20th and 80th percentiles) of ``triton.testing.do_bench``, which times with
+CUDA events and flushes the L2 cache between runs.
+
+Shapes follow PLATFORM.md's anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at D=128), and
+B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing, every
+autotuning config of the kernel is compiled in parallel worker processes (``--jobs``) into
+Triton's on-disk cache, so the autotuner in the timed process only loads and times them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+PROVIDERS = ("triton", "flash", "cudnn", "efficient")
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+MODES = ("fwd", "fwd+bwd")
+TOKENS_PER_BATCH = 32768  # B * N, as in PLATFORM.md's anchor table
+MODEL_WIDTH = 2048  # H * D
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One timed problem: (B, H, N, D) inputs for q, k and v."""
+
+    d: int
+    n: int
+    causal: bool
+    mode: str  # "fwd" or "fwd+bwd"
+    batch: int
+    heads: int
+    dtype: torch.dtype = torch.bfloat16
+
+    @classmethod
+    def standard(cls, d: int, n: int, causal: bool, mode: str) -> Case:
+        """The table's shapes: H = 2048 / D, B = 32768 / N."""
+        return cls(d, n, causal, mode, batch=max(1, TOKENS_PER_BATCH // n), heads=MODEL_WIDTH // d)
+
+    def flops(self) -> float:
+        fwd = 4.0 * self.batch * self.heads * self.n * self.n * self.d
+        if self.causal:
+            fwd *= 0.5
+        return fwd * (3.5 if self.mode == "fwd+bwd" else 1.0)
+
+
+@dataclasses.dataclass
+class Result:
+    case: Case
+    provider: str
+    ms: float | None  # median
+    ms_p20: float | None = None
+    ms_p80: float | None = None
+    error: str | None = None
+
+    @property
+    def tflops(self) -> float | None:
+        return None if self.ms is None else self.case.flops() / (self.ms * 1e-3) / 1e12
+
+
+def make_inputs(case: Case, seed: int = 0):
+    """(q, k, v, do): (B, H, N, D) tensors on the GPU; q, k, v require grad."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (case.batch, case.heads, case.n, case.d)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=case.dtype, generator=g) for _ in range(4))
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
+
+
+def attention_fn(provider: str) -> Callable:
+    """(q, k, v, causal) -> output, for one provider."""
+    if provider == "triton":
+        from reference_impls.attention import attention
+
+        return lambda q, k, v, causal: attention(q, k, v, causal=causal)
+    backend = SDPA_BACKENDS[provider]
+
+    def sdpa(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return sdpa
+
+
+def step_fn(provider: str, case: Case, inputs) -> Callable[[], object]:
+    """The timed callable: forward only, or forward and backward (grads returned, not
+    accumulated into .grad, so no extra add kernels are timed)."""
+    q, k, v, do = inputs
+    fn = attention_fn(provider)
+    if case.mode == "fwd":
+        def fwd():
+            with torch.no_grad():
+                return fn(q, k, v, case.causal)
+        return fwd
+    return lambda: torch.autograd.grad(fn(q, k, v, case.causal), (q, k, v), do)
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> tuple[float, float, float]:
+    """(median, p20, p80) milliseconds of one call, CUDA-event timed."""
+    import triton.testing
+
+    med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    return med, p20, p80
+
+
+def measure(case: Case, provider: str, inputs=None) -> Result:
+    """Time one provider on one case; a provider that cannot run it gets an error, not a crash."""
+    inputs = make_inputs(case) if inputs is None else inputs
+    fn = step_fn(provider, case, inputs)
+    try:
+        fn()  # autotunes (this kernel) or selects (SDPA) outside the timed region
+        torch.cuda.synchronize()
+        med, p20, p80 = time_ms(fn)
+    except RuntimeError as exc:  # e.g. a backend that does not support the shape
+        torch.cuda.synchronize()
+        return Result(case, provider, None, error=str(exc).splitlines()[0][:200])
+    return Result(case, provider, med, p20, p80)
+
+
+def cases(dims: Sequence[int], lengths: Sequence[int], causals: Sequence[bool],
+          modes: Sequence[str]) -> list[Case]:
+    return [Case.standard(d, n, c, m) for d in dims for n in lengths for c in causals for m in modes]
+
+
+# --------------------------------------------------------------------------- precompiling
+
+
+def _warm(d: int, causal: bool, dtype_name: str) -> str:
+    """Compile every autotuning config of the three kernels for (d, causal, dtype) into
+    Triton's on-disk cache by autotuning on a small problem with the same specialization
+    (lengths divisible by 16)."""
+    from reference_impls.attention import attention
+
+    dtype = getattr(torch, dtype_name)
+    q, k, v = (torch.randn(1, 1, 256, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    out = attention(q, k, v, causal=causal)
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    return f"d={d} causal={causal} {dtype_name}"
+
+
+def precompile(dims: Sequence[int], causals: Sequence[bool], dtypes: Sequence[str], jobs: int) -> None:
+    todo = [(d, c, t) for d in dims for c in causals for t in dtypes]
+    if jobs <= 1:
+        for args in todo:
+            _warm(*args)
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")) as pool:
+        for done in pool.map(_warm, *zip(*todo)):
+            print(f"  compiled {done}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _fmt(x: float | None, spec: str = ".0f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def markdown_table(results: Sequence[Result]) -> str:
+    """One row per (D, N, causal, mode): TFLOP/s per provider and the ratio to flash."""
+    by_case: dict[Case, dict[str, Result]] = {}
+    for r in results:
+        by_case.setdefault(r.case, {})[r.provider] = r
+    providers = [p for p in PROVIDERS if any(p in row for row in by_case.values())]
+    head = ["D", "N", "B", "H", "causal", "mode"] + [f"{p} TFLOP/s" for p in providers]
+    if "triton" in providers and "flash" in providers:
+        head += ["triton / flash"]
+    if "triton" in providers and "cudnn" in providers:
+        head += ["triton / cuDNN"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for case, row in by_case.items():
+        cells = [str(case.d), str(case.n), str(case.batch), str(case.heads),
+                 "yes" if case.causal else "no", case.mode]
+        cells += [_fmt(row[p].tflops) if p in row else "" for p in providers]
+        for other in ("flash", "cudnn"):
+            if f"triton / {'cuDNN' if other == 'cudnn' else other}" in head:
+                t, o = row.get("triton"), row.get(other)
+                ratio = t.tflops / o.tflops if t and o and t.tflops and o.tflops else None
+                cells.append(_fmt(ratio, ".2f"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, str]:
+    import triton
+
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": str(torch.version.cuda),
+        "cudnn": str(torch.backends.cudnn.version()),
+        "date": dt.date.today().isoformat(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reference_impls.attention.bench",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dims", default="64,128", help="head dims (default: 64,128)")
+    parser.add_argument("--lengths", default="1024,4096,16384", help="sequence lengths (default: 1024,4096,16384)")
+    parser.add_argument("--causal", default="no,yes", help="no, yes or both (default: no,yes)")
+    parser.add_argument("--modes", default=",".join(MODES), help="fwd, fwd+bwd or both (default: both)")
+    parser.add_argument("--providers", default=",".join(PROVIDERS), help=f"subset of {','.join(PROVIDERS)}")
+    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                        help="processes compiling the kernel's configs before timing (default: min(8, cores))")
+    parser.add_argument("--json", metavar="PATH", help="also write every measurement as JSON")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    dims = [int(x) for x in args.dims.split(",")]
+    lengths = [int(x) for x in args.lengths.split(",")]
+    causals = [{"no": False, "yes": True}[x] for x in args.causal.split(",")]
+    modes = args.modes.split(",")
+    providers = args.providers.split(",")
+    unknown = set(providers) - set(PROVIDERS) or set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown provider or mode: {sorted(unknown)}")
+
+    env = environment()
+    print("# " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
+    if "triton" in providers:
+        precompile(dims, causals, ["bfloat16"], args.jobs)
+    results = []
+    for case in cases(dims, lengths, causals, modes):
+        inputs = make_inputs(case)
+        for provider in providers:
+            r = measure(case, provider, inputs)
+            results.append(r)
+            note = f"  ({r.error})" if r.error else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
+            print(f"D={case.d:<4} N={case.n:<6} causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
+                  f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}", flush=True)
+        del inputs
+        torch.cuda.empty_cache()
+    print()
+    print(markdown_table(results))
+    ratios = [t.tflops / f.tflops for t in results if t.provider == "triton" and t.tflops
+              for f in results if f.provider == "flash" and f.case == t.case and f.tflops]
+    if ratios:
+        print(f"\ntriton / flash: min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, "
+              f"max {max(ratios):.2f} over {len(ratios)} rows")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "results": [
+                {**dataclasses.asdict(r.case), "dtype": str(r.case.dtype), "provider": r.provider,
+                 "ms": r.ms, "ms_p20": r.ms_p20, "ms_p80": r.ms_p80, "tflops": r.tflops,
+                 "flops": r.case.flops(), "error": r.error}
+                for r in results]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
