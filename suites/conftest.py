@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+# Triton decides between compiling and interpreting when a function is *defined*, and its own
+# standard library (tl.cdiv, tl.max, ...) is defined when triton is first imported. Any test
+# module may import triton (directly or through torch), in any order, so on a machine without
+# a GPU the interpreter is switched on here, before any test module is imported.
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture

@@ -1,0 +1,232 @@
+"""The published asv dashboard, rendered by Debian's headless Chromium with no network.
+
+A tiny asv project in a temporary git repository is benchmarked at three commits, published
+with `harness.perf.publish` and served from 127.0.0.1. Chromium runs with every host name but
+localhost unresolvable and every non-loopback connection sent to a dead proxy, so a page that
+still needed a CDN would fail; a control page published by plain asv shows that it does.
+The checks look at what Chromium rendered (the DOM after scripts ran, a screenshot's pixels),
+not at the HTML we wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+
+from harness import perf
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed: apt-get install -y chromium (.ci/run installs it)",
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+MACHINE = "dashboard-test"
+BENCHMARK = "bench_tiny.Loop.time_work"
+SERIES_RGB = (0x24, 0x7A, 0xAD)  # $.asv.colors[0] in asv 0.6.6's asv.js: the first series
+
+ASV_CONF = {
+    "version": 1, "project": "tiny", "repo": ".", "dvcs": "git",
+    "environment_type": "existing", "branches": ["HEAD"], "benchmark_dir": "benchmarks",
+    "env_dir": ".asv/env", "results_dir": ".asv/results", "html_dir": ".asv/html",
+}
+TINYLIB = "N = {n}\n\n\ndef work(n):\n    return sum(i % 7 for i in range(n))\n"
+BENCH = """from . import tinylib
+
+
+class Loop:
+    def time_work(self):
+        tinylib.work(tinylib.N)
+
+
+class Sizes:
+    params = [1_000, 10_000]
+    param_names = ["n"]
+
+    def time_sum(self, n):
+        sum(range(n))
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A published dashboard with results for 3 commits, served on 127.0.0.1; yields
+    (html dir, base URL, the list of paths the server was asked for)."""
+    # npm packages are cached once per checkout (.asv/vendor, git-ignored), not per test run.
+    vendor = REPO_ROOT / ".asv" / "vendor"
+    if shutil.which("npm") is None and not vendor.is_dir():
+        pytest.skip("npm is not installed and no vendored packages are cached: the dashboard "
+                    "fetches its JavaScript libraries with npm pack")
+    repo = tmp_path_factory.mktemp("dashboard") / "tiny"
+    (repo / "benchmarks").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "asv.conf.json").write_text(json.dumps(ASV_CONF))
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    (repo / "benchmarks" / "bench_tiny.py").write_text(BENCH)
+    commits = []
+    for n in (20_000, 30_000, 40_000):
+        (repo / "benchmarks" / "tinylib.py").write_text(TINYLIB.format(n=n))
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"N = {n}")
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(perf.VENDOR_DIR_ENV_VAR, str(vendor))
+        for outcome in perf.run_interleaved(repo, commits, passes=1, quick=True,
+                                            machine=MACHINE, echo=None):
+            assert outcome.exit_code == 0, "\n".join(outcome.log[-40:])
+        html = perf.publish(repo, echo=None)
+    requests: list[str] = []
+    server = perf.dashboard_server(html, port=0, on_request=requests.append)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield html, f"http://127.0.0.1:{server.server_address[1]}/", requests
+    server.shutdown()
+    server.server_close()
+
+
+def chromium(url: str, tmp_path: Path, *args: str) -> str:
+    """Load url in headless Chromium, offline but for loopback; return stdout."""
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}",
+        # No network beyond localhost: names other than localhost do not resolve, and any
+        # connection that is not to loopback goes to a proxy port where nothing listens.
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+        "--proxy-server=http://127.0.0.1:9",  # loopback is never proxied
+        "--virtual-time-budget=10000", "--window-size=1280,900", *args, url,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def read_png(path: Path) -> tuple[int, int, int, bytes]:
+    """(width, height, channels, raw pixels) of an 8-bit RGB/RGBA non-interlaced PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    width, height, depth, color, _, _, interlace = header
+    assert depth == 8 and color in (2, 6) and interlace == 0, header
+    channels = 3 if color == 2 else 4
+    raw, stride = zlib.decompress(idat), width * channels
+    out, prev = bytearray(), bytearray(stride)
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = prev[i], prev[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        out += line
+        prev = line
+    return width, height, channels, bytes(out)
+
+
+def count_pixels(path: Path, rgb: tuple[int, int, int], tolerance: int = 12) -> int:
+    width, height, channels, pixels = read_png(path)
+    r0, g0, b0 = rgb
+    return sum(
+        1 for i in range(0, width * height * channels, channels)
+        if abs(pixels[i] - r0) <= tolerance and abs(pixels[i + 1] - g0) <= tolerance
+        and abs(pixels[i + 2] - b0) <= tolerance
+    )
+
+
+def test_the_benchmark_graph_renders_with_its_data_points_offline(site, tmp_path):
+    html, url, requests = site
+    dom = chromium(url + "#" + BENCHMARK, tmp_path, "--dump-dom")
+    assert "Can not determine continental origin of swallow" not in dom  # asv's error.html
+    graph = dom[dom.index('id="graph-display"'):]
+    assert 'class="flot-base"' in graph, "no flot canvas in the graph display"
+    # flot derived a y axis from the timings (asv scales them to a time unit, so the values
+    # depend on the machine's speed; that there is a scale at all does not).
+    ticks = [float(t) for t in re.findall(r'flot-tick-label[^>]*>\s*([-+0-9.e]+)\s*<', graph)]
+    assert len(ticks) >= 3 and max(ticks) > 0, f"y-axis ticks {ticks}"
+    # The data line itself: the first series colour, drawn by the plot, in the screenshot.
+    shot = tmp_path / "graph.png"
+    chromium(url + "#" + BENCHMARK, tmp_path, f"--screenshot={shot}")
+    assert count_pixels(shot, SERIES_RGB) > 100, "the series line is missing from the graph"
+    # Every library came from the local server.
+    vendored = {p.split("?")[0] for p in requests if p.startswith("/vendor/")}
+    assert len(vendored) >= 10, sorted(vendored)
+
+
+def test_the_grid_shows_a_plot_for_every_benchmark(site, tmp_path):
+    html, url, _ = site
+    dom = chromium(url, tmp_path, "--dump-dom")
+    for name in (BENCHMARK, "bench_tiny.Sizes.time_sum"):
+        start = dom.index(f'id="summarygrid-{name}"')
+        assert 'class="flot-base"' in dom[start:start + 600], f"no plot for {name}"
+    shot = tmp_path / "grid.png"
+    chromium(url, tmp_path, f"--screenshot={shot}")
+    assert count_pixels(shot, SERIES_RGB) > 200, "the grid's sparklines are empty"
+
+
+def test_the_page_references_no_network_resource_and_no_integrity_hash(site):
+    html, _, _ = site
+    text = (html / "index.html").read_text()
+    tags = [m.group(0) for m in perf._RESOURCE_TAG.finditer(text)]
+    external = [t for t in tags if perf._EXTERNAL_ATTR.search(t) and
+                (t.lower().startswith("<script") or "stylesheet" in t.lower())]
+    assert external == []
+    assert "integrity=" not in text
+    assert (html / "vendor" / "bootstrap-3.1.1" / "dist" / "fonts").is_dir()
+
+
+def test_plain_asv_output_fails_under_the_same_offline_browser(site, tmp_path):
+    """The control: without the local copies, the page needs the network and shows asv's
+    error page, so the checks above would catch a page that still used a CDN."""
+    html, _, _ = site
+    repo = html.parents[1]
+    raw = tmp_path / "raw-html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "asv", "publish", "--html-dir", str(raw)], cwd=repo,
+        env=dict(os.environ, HOME=str(repo / ".asv" / "home")), capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    server = perf.dashboard_server(raw, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        dom = chromium(f"http://127.0.0.1:{server.server_address[1]}/#{BENCHMARK}", tmp_path,
+                       "--dump-dom")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Can not determine continental origin of swallow" in dom
