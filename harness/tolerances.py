@@ -225,6 +225,8 @@ def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) ->
         for i, (a, e) in enumerate(zip(actual, expected)):
             _compare(a, e, f"{path}[{i}]", rtol, atol, equal_nan, check_dtype, msg)
         return
+    if _tensors_all_close(actual, expected, rtol, atol, equal_nan, check_dtype):
+        return
     lines = _compare_leaves(_to_leaf(actual, path), _to_leaf(expected, expected_path),
                             rtol, atol, equal_nan, check_dtype)
     if lines:
@@ -342,6 +344,34 @@ def _norm2(x: np.ndarray) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # Comparing two leaves
+
+
+def _tensors_all_close(a, e, rtol, atol, equal_nan, check_dtype) -> bool:
+    """Fast path: True when two dense real torch tensors on one device are close everywhere.
+
+    Decided where the tensors live (a CUDA comparison never leaves the GPU) with the same rule
+    as :func:`_isclose`, in float64. False means "not shown close here", never "not close":
+    the NumPy path then decides and writes the message, so a failure is reported the same way.
+    """
+    tensor = _torch_tensor_type()
+    if tensor is None or not (isinstance(a, tensor) and isinstance(e, tensor)):
+        return False
+    import torch
+
+    if (a.layout != torch.strided or e.layout != torch.strided or a.device != e.device
+            or a.shape != e.shape or a.is_complex() or e.is_complex()):
+        return False
+    a_dtype, e_dtype = (str(t.dtype).removeprefix("torch.") for t in (a, e))
+    if check_dtype and a_dtype != e_dtype:
+        return False
+    if not (a.is_floating_point() and e.is_floating_point()):
+        return False  # integers and bools: exactness rules live in the NumPy path
+    try:
+        rtol, atol, _ = _tolerances(a_dtype, e_dtype, rtol, atol)
+    except ValueError:
+        return False
+    a64, e64 = a.detach().to(torch.float64), e.detach().to(torch.float64)
+    return bool(torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=equal_nan).all())
 
 
 def _compare_leaves(a, e, rtol, atol, equal_nan, check_dtype) -> list[str] | None:
