@@ -17,7 +17,8 @@ Need strings:
 ``cuda``            torch sees at least one CUDA device
 ``cuda:N``          torch sees at least N CUDA devices
 ``module:NAME``     the Python module NAME can be imported
-``exe:NAME``        the executable NAME is on PATH
+``exe:NAME``        the executable NAME is on PATH or next to the running Python (a
+                    venv's ``bin/``, where pip puts the binaries packages ship)
 ``env:NAME``        the environment variable NAME is set and non-empty
 """
 
@@ -29,6 +30,7 @@ import importlib.util
 import os
 import shutil
 import sys
+from pathlib import Path
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -156,7 +158,9 @@ def check_need(need: str) -> str | None:
             found = False
         return None if found else f"needs {need}: module {arg!r} is not importable by {sys.executable}"
     if kind == "exe":
-        return None if shutil.which(arg) else f"needs {need}: {arg!r} is not on PATH"
+        beside_python = Path(sys.executable).parent
+        found = shutil.which(arg) or shutil.which(arg, path=str(beside_python))
+        return None if found else f"needs {need}: {arg!r} is not on PATH nor in {beside_python}"
     # env
     return None if os.environ.get(arg) else f"needs {need}: environment variable {arg} is not set"
 

@@ -121,7 +121,24 @@ def test_the_needs_marker_skips_one_test_with_its_reason(project, pytester):
     )
     result = pytester.runpytest("-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*needs exe:surely-not-an-executable-xyz*is not on PATH*"])
+    result.stdout.fnmatch_lines(["*needs exe:surely-not-an-executable-xyz*is not on PATH nor in*"])
+
+
+def test_an_executable_next_to_the_running_python_meets_an_exe_need(project, pytester, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    beside = sorted(p.name for p in Path(sys.executable).parent.iterdir() if p.name.startswith("pip"))
+    assert beside, "expected pip next to the interpreter"
+    monkeypatch.setenv("PATH", "/nonexistent")
+    project({"suites/unit/test_n.py": f"""
+        import pytest
+
+        @pytest.mark.needs("exe:{beside[0]}")
+        def test_needs_pip():
+            pass
+    """})
+    pytester.runpytest().assert_outcomes(passed=1)
 
 
 def test_a_unit_test_over_its_budget_is_reported_in_the_summary(project, pytester):
