@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,13 @@ if "TRITON_INTERPRET" not in os.environ:
     import torch
 
     if not torch.cuda.is_available():
+        if "triton" in sys.modules:
+            raise pytest.UsageError(
+                "triton was imported before suites/conftest.py could switch on its interpreter "
+                "(this machine has no GPU), so its kernels cannot run here: set "
+                "TRITON_INTERPRET=1 in the environment, or stop the plugin or -p module that "
+                "imports triton at start-up"
+            )
         os.environ["TRITON_INTERPRET"] = "1"
 
 

@@ -1,6 +1,6 @@
 """Properties of reference_impls.attention over generated shapes (hypothesis).
 
-Under the Triton interpreter on CPU (conftest.py), so the bounds are small: B <= 2, Hkv <= 2,
+Under the Triton interpreter on CPU (suites/conftest.py), so the bounds are small: B <= 2, Hkv <= 2,
 group <= 2, N <= 72, D in {8, 16, 24, 32, 64}. Every example compiles nothing and runs a few
 hundred NumPy tile operations; the example counts keep the whole file under ~15 s on a 2-core
 machine under the "ci" profile (and scale up under "nightly").

@@ -1,6 +1,6 @@
 """reference_impls.attention against a float64 eager computation, on small fixed shapes.
 
-Without a GPU the kernels run under the Triton interpreter (conftest.py sets TRITON_INTERPRET);
+Without a GPU the kernels run under the Triton interpreter (suites/conftest.py sets TRITON_INTERPRET);
 with one, on CUDA. Shapes stay small (N <= 96, D <= 64 except in the head-dim test): the
 interpreter runs one program at a time in NumPy, and this file must stay well under a minute
 on a 2-core CI machine.
