@@ -8,12 +8,9 @@ from pathlib import Path
 import click
 
 from harness import artifacts as lib
+from harness.cli.errors import UsageProblem
 
 
-class _UsageProblem(click.ClickException):
-    """A problem with what the command was given (schema, file type): exit code 2, not 1."""
-
-    exit_code = 2
 
 
 @click.group(name="artifacts")
@@ -86,7 +83,7 @@ def validate(files: tuple[Path, ...], schema_ref: str, allow_pickle: bool) -> No
     """
     unsupported = [str(f) for f in files if f.suffix.lower() not in lib.SUPPORTED_SUFFIXES]
     if unsupported:
-        raise _UsageProblem(
+        raise UsageProblem(
             f"unsupported file type: {', '.join(unsupported)}; "
             f"supported: {' '.join(lib.SUPPORTED_SUFFIXES)}"
         )
@@ -96,7 +93,7 @@ def validate(files: tuple[Path, ...], schema_ref: str, allow_pickle: bool) -> No
     try:
         schema = lib.load_schema(schema_ref)
     except lib.SchemaError as exc:
-        raise _UsageProblem(str(exc)) from None
+        raise UsageProblem(str(exc)) from None
 
     invalid = 0
     for path in files:

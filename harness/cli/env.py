@@ -10,12 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import environment
+from harness.cli.errors import UsageProblem
 
 
-class _UsageProblem(click.ClickException):
-    """A problem with what the command was given (no lock, bad lock): exit code 2, not 1."""
-
-    exit_code = 2
 
 
 @click.group(name="env")
@@ -67,7 +64,7 @@ def check(lock_path: Path | None, allow_extra: bool, as_json: bool) -> None:
     try:
         drift = environment.check(lock_path)
     except environment.LockFileError as exc:
-        raise _UsageProblem(str(exc)) from None
+        raise UsageProblem(str(exc)) from None
 
     if as_json:
         click.echo(json.dumps(drift.to_dict(), indent=2))

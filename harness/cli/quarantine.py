@@ -13,14 +13,13 @@ from pathlib import Path
 import click
 
 from harness import quarantine as q
+from harness.cli.errors import UsageProblem
 
 # Exit statuses, shared by the three commands.
 EXIT_EXPIRED = 1  # `list`: at least one entry has expired
 EXIT_REFUSED = 2  # the file is malformed or the edit was refused; nothing was written
 
 
-class _Refused(click.ClickException):
-    exit_code = EXIT_REFUSED
 
 
 _file_option = click.option(
@@ -126,7 +125,7 @@ def add(test: str, reason: str, issue: str, days: int | None,
                       expires=expires.date() if expires else None,
                       days=days if days is not None else q.DEFAULT_DAYS)
     except (q.QuarantineError, OSError) as error:
-        raise _Refused(str(error)) from None
+        raise UsageProblem(str(error)) from None
     left = entry.days_left(datetime.date.today())
     click.echo(f"Quarantined {entry.test} until {entry.expires} ({left} days) "
                f"at {file}:{entry.line}.")
@@ -149,7 +148,7 @@ def remove(test: str, file: Path) -> None:
     try:
         entry = q.remove(file, test)
     except (q.QuarantineError, OSError) as error:
-        raise _Refused(str(error)) from None
+        raise UsageProblem(str(error)) from None
     click.echo(f"Removed {entry.test} from {file} (quarantined since {entry.added}: "
                f"{entry.reason}).")
 
@@ -158,7 +157,7 @@ def _load(file: Path) -> list[q.Entry]:
     try:
         return q.load(file)
     except (q.QuarantineError, OSError) as error:
-        raise _Refused(str(error)) from None
+        raise UsageProblem(str(error)) from None
 
 
 def _as_json(entry: q.Entry, today: datetime.date) -> dict:

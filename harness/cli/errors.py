@@ -1,0 +1,11 @@
+"""Errors shared by the command groups."""
+
+import click
+
+
+class UsageProblem(click.ClickException):
+    """A problem with what a command was given (a missing or malformed input file, a refused
+    edit): printed as ``Error: ...`` with exit status 2, like click's own usage errors, so it
+    is never mistaken for the command's verdict (1: drift, invalid artifact, expired entry)."""
+
+    exit_code = 2
