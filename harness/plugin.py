@@ -471,7 +471,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def repro_command(state: HarnessState, nodeid: str) -> str:
-    """A copy-pasteable command that reruns one test with the run's seed and mode."""
+    """A copy-pasteable command that runs one test again with the run's seed and mode."""
     parts = ["pytest", shlex.quote(nodeid), f"--harness-seed={state.seed}"]
     if state.deterministic and not state.ci:
         parts.append("--harness-deterministic=on")

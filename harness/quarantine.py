@@ -65,7 +65,7 @@ DEFAULT_HEADER = """\
 #
 # A quarantined test still runs on every CI run: its failures are reported, but they do not
 # fail the gate. Nothing is ever retried into green: the flake hunter (`harness flaky`)
-# reruns a test under the same and under new seeds to find out why it flakes.
+# runs a test again under the same and under new seeds to find out why it flakes.
 #
 # Each entry is one [[quarantine]] table with exactly these keys:
 #   test     pytest node id, as pytest prints it; without "[param]" it covers every
