@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +164,3 @@ def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> 
     with path.open("a", encoding="utf-8") as f:
         f.write(markdown.rstrip("\n") + "\n\n")
     return path
-
-
-def gating_failures(reports: Iterable[Mapping[str, Any]]) -> int:
-    """How many tests failed or errored across reports (quarantined ones excluded)."""
-    return sum(1 for r in reports for t in r.get("tests", []) if t["outcome"] in _GATING)
