@@ -232,6 +232,7 @@ class ShardFetch:
         rng = random.Random(shard.sha256)
         offset = 0
         failures = 0
+        wrong_size: int | None = None  # the size the previous response claimed, when wrong
         try:
             while offset < size:
                 if self._aborted.is_set() or (writer is None and self._released.is_set()):
@@ -240,11 +241,21 @@ class ShardFetch:
                 try:
                     reader = self.source.open_range(shard.name, offset)
                     if reader.total_size != size:
-                        raise ManifestMismatchError(
-                            f"shard {self.source.location(shard.name)} has {reader.total_size} "
-                            f"bytes but the manifest says {size}; rebuild the manifest "
-                            "(build_manifest) or re-upload the shard"
+                        # One response can lie: a connection cut inside its headers can end in
+                        # the middle of "Content-Length: 37888" and still parse (as 37). Only
+                        # a size two responses in a row agree on is taken as the object's.
+                        if reader.total_size == wrong_size:
+                            raise ManifestMismatchError(
+                                f"shard {self.source.location(shard.name)} has "
+                                f"{reader.total_size} bytes but the manifest says {size}; "
+                                "rebuild the manifest (build_manifest) or re-upload the shard"
+                            )
+                        wrong_size = reader.total_size
+                        raise _Truncated(
+                            f"the response says the object has {reader.total_size} bytes, the "
+                            f"manifest {size}: asking again"
                         )
+                    wrong_size = None
                     while offset < size:
                         data = reader.read(min(self._chunk, size - offset))
                         if not data:
