@@ -25,7 +25,12 @@ import pytest
 
 from harness import perf
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Debian's chromium here (.ci/run installs it); GitHub's ubuntu runners ship Google Chrome,
+# which takes the same headless flags.
+CHROMIUM = next(
+    filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))),
+    None,
+)
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="chromium is not installed: apt-get install -y chromium (.ci/run installs it)",
