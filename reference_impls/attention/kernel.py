@@ -80,6 +80,24 @@ def _dot(a, b, acc, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _key_range(start_m, n_q, n_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr):
+    """Keys a block of queries starting at ``start_m`` attends to: ``[0, full)`` needs no mask,
+    ``[full, hi)`` does; ``causal_shift`` aligns the causal diagonal bottom-right (query i sees
+    keys j <= i + shift). ``full`` is rounded down to whole key blocks."""
+    causal_shift = n_k - n_q
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_shift, 0), n_k)
+        # Blocks wholly left of the diagonal for this block's first row need no mask.
+        full = tl.minimum(tl.maximum(start_m + causal_shift + 1, 0), n_k)
+    else:
+        hi = n_k
+        full = n_k
+    full = (full // BLOCK_N) * BLOCK_N
+    return causal_shift, full, hi
+
+
+@triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, b, hkv, lo, hi,
                     offs_m, n_k, causal_shift, qk_scale,
                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
@@ -144,15 +162,7 @@ def _attn_fwd(desc_q, desc_k, desc_v, O, LSE, sm_scale,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     q = desc_q.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)  # stays on chip throughout
 
-    causal_shift = n_k - n_q  # bottom-right alignment: query i sees keys j <= i + shift
-    if CAUSAL:
-        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_shift, 0), n_k)
-        # Blocks wholly left of the diagonal for this block's first row need no mask.
-        full = tl.minimum(tl.maximum(start_m + causal_shift + 1, 0), n_k)
-    else:
-        hi = n_k
-        full = n_k
-    full = (full // BLOCK_N) * BLOCK_N
+    causal_shift, full, hi = _key_range(start_m, n_q, n_k, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, b, hkv, 0, full,
                                     offs_m, n_k, causal_shift, qk_scale,
                                     BLOCK_N, HEAD_DIM, False, CAUSAL, UPCAST, PRECISION)
@@ -227,14 +237,7 @@ def _attn_bwd_dq(desc_q, desc_k, desc_v, desc_o, desc_do, DQ, LSE, DELTA, sm_sca
     tl.store(DELTA + q_row0 + offs_m, delta, mask=row_ok)
     lse = tl.load(LSE + q_row0 + offs_m, mask=row_ok, other=float("inf"))
 
-    causal_shift = n_k - n_q
-    if CAUSAL:
-        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_shift, 0), n_k)
-        full = tl.minimum(tl.maximum(start_m + causal_shift + 1, 0), n_k)
-    else:
-        hi = n_k
-        full = n_k
-    full = (full // BLOCK_N) * BLOCK_N
+    causal_shift, full, hi = _key_range(start_m, n_q, n_k, BLOCK_M, BLOCK_N, CAUSAL)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, desc_k, desc_v, b, hkv, 0, full,
                             offs_m, n_k, causal_shift, qk_scale,
