@@ -485,6 +485,11 @@ def _crash_message(report: pytest.TestReport) -> str:
     return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
 
 
+def _quarantine_info(entry: _quarantine.Entry) -> dict[str, Any]:
+    """What a report carries about the entry (plain strings: it crosses xdist's wire)."""
+    return {"reason": entry.reason, "issue": entry.issue, "expires": entry.expires.isoformat()}
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     report: pytest.TestReport = yield
@@ -499,22 +504,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             # text is kept for the summary and the reports: quarantine hides nothing.
             message = _crash_message(report)
             report.harness_quarantine = {
-                "reason": entry.reason,
-                "issue": entry.issue,
-                "expires": entry.expires.isoformat(),
-                "failure": message,
-                "longrepr": str(report.longrepr),
+                **_quarantine_info(entry), "failure": message, "longrepr": str(report.longrepr)
             }
             report.outcome = "skipped"
             report.wasxfail = f"quarantined ({entry.issue}): {entry.reason}; failed: {message}"
             item.user_properties.append(("harness_quarantined", f"failed in {report.when}"))
     elif entry is not None and report.when == "call" and report.passed:
-        report.harness_quarantine = {
-            "reason": entry.reason,
-            "issue": entry.issue,
-            "expires": entry.expires.isoformat(),
-            "failure": None,
-        }
+        report.harness_quarantine = {**_quarantine_info(entry), "failure": None}
         item.user_properties.append(("harness_quarantined", "passed"))
     return report
 

@@ -94,9 +94,6 @@ def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run")
     lines.append("| **total** | " + " | ".join(f"**{total[o]}**" for o in shown) + " |")
     lines.append("")
 
-    skipped_tiers = [
-        (name, t["skipped_reason"]) for name, t in report.get("tiers", {}).items() if t.get("skipped_reason")
-    ]
     failures = [t for t in tests if t["outcome"] in _GATING]
     if failures:
         lines += ["### Failures", ""]
@@ -130,7 +127,7 @@ def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run")
     skips = Counter(
         _one_line(t.get("message")) for t in tests if t["outcome"] == "skipped"
     )
-    if skips or skipped_tiers:
+    if skips:
         lines += ["### Skipped", ""]
         for reason, n in skips.most_common():
             lines.append(f"- {n} × {reason or '(no reason given)'}")
