@@ -26,7 +26,7 @@ import platform
 import sys
 
 from reference_impls.collectives.busbw import BenchSpec, Measurement, measure
-from reference_impls.collectives.launcher import MULTICAST_OFF_ENV, LaunchConfig, launch
+from reference_impls.collectives.launcher import NCCL_DEFAULT_ENV, LaunchConfig, launch
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -94,6 +94,8 @@ def environment(device: str) -> dict[str, str]:
     if device == "cuda" and torch.cuda.is_available():
         env["gpu"] = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
         env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        tuned = sorted(k for k in os.environ if k.startswith(("NCCL_", "TORCH_NCCL_")))
+        env["nccl env"] = " ".join(f"{k}={os.environ[k]}" for k in tuned) or "none"
     return env
 
 
@@ -111,7 +113,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--factor", type=int, default=4, help="size step (default 4)")
     p.add_argument(
         "--impl", action="append", dest="impls",
-        help="repeatable: all_reduce, ring, ring:segments=N, ring:check=0 (default: all_reduce and ring)",
+        help=(
+            "repeatable: all_reduce[:graph=1], ring[:segments=N][:check=0][:ctas=N][:graph=1] "
+            "(default: all_reduce and ring)"
+        ),
     )
     p.add_argument("--rounds", type=int, default=5, help="timed rounds per size and impl (default 5)")
     p.add_argument(
@@ -120,13 +125,17 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--timeout-s", type=float, default=1800.0, help="limit per launch (default 1800)")
     p.add_argument("--json", default=None, help="also write every measurement to this file")
+    p.add_argument(
+        "--trace-calls", type=int, default=0,
+        help="CUDA: profile this many calls per size and impl; each rank's GPU timeline goes to --json",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     if args.device == "cuda":
-        for key, value in MULTICAST_OFF_ENV.items():  # also under torchrun
+        for key, value in NCCL_DEFAULT_ENV.items():  # also under torchrun
             os.environ.setdefault(key, value)
     spec = BenchSpec(
         sizes=sizes_between(args.min_size, args.max_size, args.factor),
@@ -134,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         device=args.device,
         rounds=args.rounds,
         round_s=args.round_s or (0.02 if args.device == "cuda" else 0.2),
+        trace_calls=args.trace_calls,
     )
     backend = "cpu:gloo,cuda:nccl" if args.device == "cuda" else "gloo"
     runs: list[list[Measurement]] = []

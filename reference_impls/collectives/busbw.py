@@ -46,6 +46,10 @@ class BenchSpec:
     """Target seconds per round; ``iters`` is derived from the warm-up time of each size."""
     max_iters: int = 200
     warmup: int = 3
+    trace_calls: int = 0
+    """CUDA only: after timing, profile this many calls per (size, impl) with torch.profiler and
+    keep every rank's GPU timeline (kernels and copies: name, stream, start, duration, grid)
+    in :attr:`Measurement.timelines`. 0: no profiling."""
 
     def __post_init__(self) -> None:
         for size in self.sizes:
@@ -55,6 +59,8 @@ class BenchSpec:
             parse_impl(impl)  # raises on a malformed one
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.trace_calls < 0 or (self.trace_calls and self.device != "cuda"):
+            raise ValueError(f"trace_calls must be >= 0, and 0 off CUDA; got {self.trace_calls}")
         if self.rounds < 1 or self.warmup < 1 or self.max_iters < 1 or not self.round_s > 0:
             raise ValueError(
                 f"rounds, warmup and max_iters must be >= 1 and round_s > 0; got rounds="
@@ -72,6 +78,8 @@ class Measurement:
     round_times_s: tuple[float, ...]
     """Per-call seconds of each round (the slowest rank's)."""
     correct: bool
+    timelines: tuple[tuple[dict[str, object], ...], ...] = ()
+    """Per rank, the GPU events of ``trace_calls`` profiled calls (empty unless traced)."""
 
     @property
     def time_s(self) -> float:
@@ -87,36 +95,54 @@ class Measurement:
 
 
 def parse_impl(impl: str) -> Callable[[torch.Tensor], Callable[[], object]]:
-    """``"all_reduce"`` or ``"ring[:segments=N][:check=0|1][:graph=1]"`` -> a maker.
+    """``"all_reduce[:graph=1]"`` or ``"ring[:segments=N][:check=0|1][:ctas=N][:graph=1]"`` -> a maker.
 
     ``maker(x)`` prepares an in-place all-reduce of ``x`` and returns the call to time
-    (``graph=1`` captures a :class:`RingGraph` of ``x`` there, collectively).
+    (``graph=1`` captures the all-reduce of ``x`` in a CUDA graph there, collectively: a
+    :class:`RingGraph` for the ring, ``dist.all_reduce`` for NCCL's own, so that replays are
+    compared like for like; ``ctas=N``: :attr:`RingConfig.combine_ctas`).
     """
     name, *settings = impl.split(":")
-    if name == "all_reduce" and not settings:
-        return lambda x: (lambda: dist.all_reduce(x))
-    if name != "ring":
-        raise ValueError(
-            f"unknown impl {impl!r}: expected 'all_reduce' or 'ring[:segments=N][:check=0][:graph=1]'"
-        )
+    usage = "expected 'all_reduce[:graph=1]' or 'ring[:segments=N][:check=0|1][:ctas=N][:graph=1]'"
+    if name not in ("all_reduce", "ring"):
+        raise ValueError(f"unknown impl {impl!r}: {usage}")
     kwargs: dict[str, object] = {}
     graph = False
     for setting in settings:
         key, _, value = setting.partition("=")
-        if key == "segments" and value.isdigit():
-            kwargs["segments"] = int(value)
-        elif key == "check" and value in ("0", "1"):
-            kwargs["check_metadata"] = value == "1"
-        elif key == "graph" and value in ("0", "1"):
+        if key == "graph" and value in ("0", "1"):
             graph = value == "1"
+        elif name == "ring" and key == "segments" and value.isdigit():
+            kwargs["segments"] = int(value)
+        elif name == "ring" and key == "check" and value in ("0", "1"):
+            kwargs["check_metadata"] = value == "1"
+        elif name == "ring" and key == "ctas" and value.isdigit():
+            kwargs["combine_ctas"] = int(value)
         else:
-            raise ValueError(
-                f"impl {impl!r}: unknown setting {setting!r}; use segments=N, check=0|1 or graph=0|1"
-            )
+            raise ValueError(f"impl {impl!r}: unknown setting {setting!r}; {usage}")
+    if name == "all_reduce":
+        return _all_reduce_graph if graph else (lambda x: (lambda: dist.all_reduce(x)))
     config = RingConfig(**kwargs)
     if graph:
         return lambda x: RingGraph(x, config=config).replay
     return lambda x: (lambda: ring_all_reduce(x, config=config))
+
+
+def _all_reduce_graph(x: torch.Tensor) -> Callable[[], object]:
+    """``dist.all_reduce(x)`` captured in a CUDA graph (warmed up on a side stream first)."""
+    if x.device.type != "cuda":
+        raise ValueError(f"all_reduce:graph=1 captures CUDA work; got a tensor on {x.device}")
+    probe = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        dist.all_reduce(probe)
+    torch.cuda.current_stream().wait_stream(side)
+    del probe
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dist.all_reduce(x)
+    return graph.replay
 
 
 def _device() -> torch.device:
@@ -146,6 +172,38 @@ def _time_calls(call: Callable[[], object], iters: int, device: str) -> float:
     for _ in range(iters):
         call()
     return (time.perf_counter() - t0) / iters
+
+
+def _timeline(call: Callable[[], object], calls: int) -> tuple[dict[str, object], ...]:
+    """GPU kernels and copies of ``calls`` calls: name, stream, start (us from the first), dur."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    _line_up("cuda")
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name)).get("traceEvents", [])
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    if not gpu:
+        return ()
+    t0 = min(e["ts"] for e in gpu)
+    return tuple(
+        {
+            "name": str(e.get("name", ""))[:90],
+            "stream": e.get("args", {}).get("stream"),
+            "start_us": round(e["ts"] - t0, 1),
+            "dur_us": round(e["dur"], 1),
+            "grid": e.get("args", {}).get("grid"),
+        }
+        for e in sorted(gpu, key=lambda e: e["ts"])
+    )
 
 
 def measure(rank: int, world_size: int, spec: BenchSpec) -> list[Measurement] | None:
@@ -188,19 +246,21 @@ def measure(rank: int, world_size: int, spec: BenchSpec) -> list[Measurement] | 
             for impl in order:
                 x.copy_(small)
                 times[impl].append(_time_calls(calls[impl], iters, spec.device))
+        traces = {impl: _timeline(calls[impl], spec.trace_calls) if spec.trace_calls else () for impl in spec.impls}
         for impl in spec.impls:
-            local.append((nbytes, impl, iters, times[impl], correct[impl]))
+            local.append((nbytes, impl, iters, times[impl], correct[impl], traces[impl]))
         del x, small, calls
     gathered: list[object] = [None] * world_size
     dist.all_gather_object(gathered, local)
     if rank != 0:
         return None
     out = []
-    for i, (nbytes, impl, iters, _, _) in enumerate(local):
+    for i, (nbytes, impl, iters, *_) in enumerate(local):
         per_rank = [g[i] for g in gathered]  # type: ignore[index]
         rounds = tuple(max(p[3][k] for p in per_rank) for k in range(spec.rounds))
         ok = all(p[4] for p in per_rank)
-        out.append(Measurement(world_size, spec.device, impl, nbytes, iters, rounds, ok))
+        timelines = tuple(p[5] for p in per_rank) if spec.trace_calls else ()
+        out.append(Measurement(world_size, spec.device, impl, nbytes, iters, rounds, ok, timelines))
     return out
 
 

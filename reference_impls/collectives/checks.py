@@ -55,6 +55,8 @@ class Case:
     dtype: str = "float32"
     op: str = "sum"
     segments: int = 1
+    combine_ctas: int | None = None
+    """:attr:`RingConfig.combine_ctas` (the Triton combine on CUDA; ignored on CPU)."""
     seed: int = 0
     integer_valued: bool = True
     """False: standard-normal floats (then the ring and dist.all_reduce differ by rounding)."""
@@ -116,12 +118,12 @@ def compare_with_all_reduce(
             base = torch.full((2 * case.numel,), 7, dtype=x.dtype, device=dev)  # (2 numel,)
             ring = base[::2]  # (numel,), stride 2: not contiguous
             ring.copy_(x)
-            ring_all_reduce(ring, case.op, config=RingConfig(segments=case.segments))
+            ring_all_reduce(ring, case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
             if not bool((base[1::2] == 7).all()):
                 raise AssertionError(f"{case}: ring_all_reduce wrote between the view's elements")
         else:
             ring = x.clone()
-            ring_all_reduce(ring, case.op, config=RingConfig(segments=case.segments))
+            ring_all_reduce(ring, case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
         ref = x.clone()
         dist.all_reduce(ref, op=getattr(dist.ReduceOp, REDUCE_OP[case.op]))
         if case.op == "mean":
@@ -233,9 +235,9 @@ def graph_replays(rank: int, world_size: int, case: Case, replays: int = 3) -> l
     dist.all_reduce(reference, op=getattr(dist.ReduceOp, REDUCE_OP[case.op]))
     if case.op == "mean":
         reference.div_(world_size)
-    eager = ring_all_reduce(x.clone(), case.op, config=RingConfig(segments=case.segments))
+    eager = ring_all_reduce(x.clone(), case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
     buf = torch.empty_like(x)
-    graph = RingGraph(buf, case.op, config=RingConfig(segments=case.segments))
+    graph = RingGraph(buf, case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
     out = []
     for _ in range(replays):
         buf.copy_(x)

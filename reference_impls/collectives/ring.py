@@ -107,12 +107,20 @@ class RingConfig:
     check_metadata: bool = True
     """Exchange (numel, dtype, op, segments) before moving data, so a mismatch is an error on
     every rank instead of a hang. Turn off only where every rank is known to agree."""
+    combine_ctas: int | None = None
+    """CUDA only: combine received segments with :func:`.combine.combine_`, a Triton kernel of
+    this many persistent programs, instead of torch's ``add_``/``maximum``/``minimum`` (which
+    take as many thread blocks as there are tiles). None: torch's ops. CPU tensors always use
+    torch's ops."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.segments, int) or isinstance(self.segments, bool) or self.segments < 1:
             raise ValueError(f"segments must be an int >= 1, got {self.segments!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be None or > 0 seconds, got {self.timeout_s!r}")
+        ctas = self.combine_ctas
+        if ctas is not None and (not isinstance(ctas, int) or isinstance(ctas, bool) or ctas < 1):
+            raise ValueError(f"combine_ctas must be None or an int >= 1, got {ctas!r}")
 
 
 _DEFAULT_CONFIG = RingConfig()
@@ -163,7 +171,7 @@ def ring_all_reduce(
 
     contiguous = tensor.is_contiguous()
     flat = tensor.contiguous().view(-1)  # (numel,): a view when contiguous, else a copy
-    _Ring(flat, op, group, rank, n, segments, config.timeout_s).run()
+    _Ring(flat, op, group, rank, n, segments, config.timeout_s, config.combine_ctas).run()
     if not contiguous:
         tensor.copy_(flat.view(tensor.shape))
     return tensor
@@ -361,9 +369,16 @@ class _Ring:
         n: int,
         segments: int,
         timeout_s: float | None,
+        combine_ctas: int | None = None,
     ) -> None:
         self.flat, self.op, self.group, self.rank, self.n = flat, op, group, rank, n
         self.timeout_s = timeout_s
+        self.combine = None
+        if combine_ctas is not None and flat.is_cuda:
+            from reference_impls.collectives.combine import combine_  # Triton: imported on demand
+
+            op_name = "sum" if op in ("sum", "mean") else op
+            self.combine = lambda mine, incoming: combine_(mine, incoming, op_name, combine_ctas)
         self.next_peer = dist.get_global_rank(group, (rank + 1) % n)
         self.prev_peer = dist.get_global_rank(group, (rank - 1) % n)
         self.steps = RING_SCHEDULE.steps(n)
@@ -432,7 +447,9 @@ class _Ring:
         if recv_len:
             mine = self.flat[recv_at : recv_at + recv_len]  # my copy of the received chunk's segment
             incoming = self.scratch[s][:recv_len]
-            if self.op in ("sum", "mean"):
+            if self.combine is not None:
+                self.combine(mine, incoming)
+            elif self.op in ("sum", "mean"):
                 mine.add_(incoming)
             elif self.op == "max":
                 torch.maximum(mine, incoming, out=mine)

@@ -27,6 +27,14 @@ CASES = [
     for op in (("sum", "max", "min") if dtype == "int32" else ("sum", "mean", "max", "min"))
     for numel, segments in ((1, 1), (3, 1), (1001, 1), (65_537, 3), ((1 << 22) + 3, 1))
 ] + [Case(numel=(1 << 24) + 1, op="sum", segments=2)]  # 64 MiB float32 in two interleaved lanes
+# The Triton combine (RingConfig.combine_ctas): every dtype's ops, one size below and one far
+# above a single program's tile count, so the persistent programs' stride loop runs.
+CASES += [
+    Case(numel=numel, dtype=dtype, op=op, segments=segments, combine_ctas=8)
+    for dtype in ("float32", "bfloat16", "float16", "int32")
+    for op in (("sum", "max", "min") if dtype == "int32" else ("sum", "mean", "max", "min"))
+    for numel, segments in ((1001, 1), ((1 << 22) + 3, 2))
+]
 
 
 def _launch(fn, *args, backend):
@@ -39,7 +47,7 @@ def nccl_results():
     return _launch(compare_with_all_reduce, CASES, "cuda", backend="cpu:gloo,cuda:nccl")
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c.dtype}-{c.op}-{c.numel}" for c in CASES])
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c.dtype}-{c.op}-{c.numel}" + (f"-ctas{c.combine_ctas}" if c.combine_ctas else "") for c in CASES])
 def test_nccl_ring_equals_nccl_all_reduce_bit_for_bit(nccl_results, index):
     for rank, results in enumerate(nccl_results):
         r = results[index]
@@ -75,8 +83,12 @@ def test_an_nccl_only_group_checks_metadata_on_the_gpu():
 
 @pytest.mark.parametrize(
     "case",
-    [Case(numel=(1 << 20) + 5, op="sum"), Case(numel=(1 << 23) + 1, op="mean", segments=2)],
-    ids=["sum-4MiB", "mean-32MiB-2-segments"],
+    [
+        Case(numel=(1 << 20) + 5, op="sum"),
+        Case(numel=(1 << 23) + 1, op="mean", segments=2),
+        Case(numel=(1 << 23) + 1, op="sum", segments=2, combine_ctas=16),
+    ],
+    ids=["sum-4MiB", "mean-32MiB-2-segments", "sum-32MiB-2-segments-triton-combine"],
 )
 def test_a_captured_ring_replays_the_same_result_as_nccl(case):
     per_rank = _launch(graph_replays, case, backend="cpu:gloo,cuda:nccl")

@@ -191,6 +191,8 @@ def test_64_workers_of_a_million_float32_stay_exact_on_integer_values():
         ({"segments": 0}, "segments must be an int >= 1, got 0"),
         ({"segments": 1.5}, "segments must be an int >= 1, got 1.5"),
         ({"timeout_s": 0}, "timeout_s must be None or > 0 seconds, got 0"),
+        ({"combine_ctas": 0}, "combine_ctas must be None or an int >= 1, got 0"),
+        ({"combine_ctas": True}, "combine_ctas must be None or an int >= 1, got True"),
     ],
 )
 def test_ring_config_rejects_bad_values_with_the_value_in_the_message(kwargs, message):
