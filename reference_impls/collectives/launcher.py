@@ -247,6 +247,11 @@ def _rank_main(rank: int, config: LaunchConfig, port: int, payload: bytes, conn,
     if "nccl" in config.backend:
         for key, value in NCCL_DEFAULT_ENV.items():
             os.environ.setdefault(key, value)
+    if config.host == "127.0.0.1" and sys.platform == "linux":
+        # Every rank is on this machine: gloo over the loopback device. Measured on 2 x H200
+        # (2 ranks): the ring's per-call metadata exchange, and with it an eager 1 KiB ring
+        # all-reduce, 1015 -> 849 us per call.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         import torch
         import torch.distributed as dist

@@ -162,16 +162,24 @@ def ring_all_reduce(
 
     problem = _local_problem(tensor, op)
     segments = config.segments
+    check = None
     if config.check_metadata and n > 1:
-        _check_metadata(tensor, op, segments, problem, group, rank, n, config.timeout_s)
-    elif problem is not None:
+        check = _MetadataCheck(tensor, op, segments, group, rank, n, config.timeout_s)
+    if problem is not None:
+        if check is not None:
+            check.finish(problem)  # every rank learns of it: raises
         raise ValueError(problem)
     if n == 1 or tensor.numel() == 0:
+        if check is not None:
+            check.finish(None)
         return tensor
 
     contiguous = tensor.is_contiguous()
     flat = tensor.contiguous().view(-1)  # (numel,): a view when contiguous, else a copy
-    _Ring(flat, op, group, rank, n, segments, config.timeout_s, config.combine_ctas).run()
+    ring = _Ring(flat, op, group, rank, n, segments, config.timeout_s, config.combine_ctas)
+    if check is not None:
+        check.finish(None)  # the ring's state was built while the check was on the wire
+    ring.run()
     if not contiguous:
         tensor.copy_(flat.view(tensor.shape))
     return tensor
@@ -203,61 +211,69 @@ def _metadata_device(tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.de
     return tensor.device
 
 
-def _check_metadata(
-    tensor: torch.Tensor,
-    op: str,
-    segments: int,
-    problem: str | None,
-    group: dist.ProcessGroup,
-    rank: int,
-    n: int,
-    timeout_s: float | None,
-) -> None:
-    row = [
-        _MAGIC,
-        tensor.numel(),
-        DTYPES.index(tensor.dtype) if tensor.dtype in DTYPES else -1,
-        OPS.index(op) if op in OPS else -1,
-        segments,
-        _DEVICE_TYPES.index(tensor.device.type) if tensor.device.type in _DEVICE_TYPES else -1,
-    ]
-    device = _metadata_device(tensor, group)
-    mine = torch.tensor(row, dtype=torch.int64, device=device)  # (F,)
-    # One all-reduce of (row, -row) with MAX gives every field's max and min over the ranks:
-    # they agree iff max == min. (On gloo an all-reduce this small costs about half of an
-    # all-gather.) Only when they disagree do the ranks, all knowing it, gather the table
-    # for the error message.
-    bounds = torch.cat([mine, -mine])  # (2F,)
-    try:
-        _wait(dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group, async_op=True), timeout_s)
-        agree = bool((bounds[: len(row)] == -bounds[len(row) :]).all())  # a host sync on NCCL-only groups
-        if agree:
-            table = [row] * n
-        else:
-            rows = [torch.empty_like(mine) for _ in range(n)]  # N x (F,)
-            _wait(dist.all_gather(rows, mine, group=group, async_op=True), timeout_s)
-            table = torch.stack(rows).cpu().tolist()  # N x F
-    except RuntimeError as exc:
-        raise RingPeerError(
-            f"rank {rank} of {n}: the metadata exchange before the ring failed "
-            f"({_timeout_text(timeout_s)}): {exc}. A peer died, hung, or is not calling "
+class _MetadataCheck:
+    """The cross-rank metadata check, started before the ring is prepared and finished after.
+
+    One all-gather of every rank's row (F int64 fields) over the group, posted asynchronously so
+    that building the ring's state overlaps it; :meth:`finish` waits for it and raises on every
+    rank if any field differs (or this rank had a local problem).
+    """
+
+    def __init__(
+        self,
+        tensor: torch.Tensor,
+        op: str,
+        segments: int,
+        group: dist.ProcessGroup,
+        rank: int,
+        n: int,
+        timeout_s: float | None,
+    ) -> None:
+        self.row = [
+            _MAGIC,
+            tensor.numel(),
+            DTYPES.index(tensor.dtype) if tensor.dtype in DTYPES else -1,
+            OPS.index(op) if op in OPS else -1,
+            segments,
+            _DEVICE_TYPES.index(tensor.device.type) if tensor.device.type in _DEVICE_TYPES else -1,
+        ]
+        self.rank, self.n, self.timeout_s = rank, n, timeout_s
+        device = _metadata_device(tensor, group)
+        mine = torch.tensor(self.row, dtype=torch.int64, device=device)  # (F,)
+        self.table = mine.new_empty(n * len(self.row))  # (N * F,): rank i's row at [i*F, (i+1)*F)
+        try:
+            self.work = dist.all_gather_into_tensor(self.table, mine, group=group, async_op=True)
+        except RuntimeError as exc:
+            raise self._peer_error(exc) from exc
+
+    def _peer_error(self, exc: BaseException) -> RingPeerError:
+        return RingPeerError(
+            f"rank {self.rank} of {self.n}: the metadata exchange before the ring failed "
+            f"({_timeout_text(self.timeout_s)}): {exc}. A peer died, hung, or is not calling "
             "ring_all_reduce at this point"
-        ) from exc
-    if problem is not None:
-        raise ValueError(problem)
-    disagreements = []
-    for f, name in enumerate(_META_FIELDS):
-        values = [r[f] for r in table]
-        if len(set(values)) > 1:
-            shown = ", ".join(f"rank {i}: {_describe(name, v)}" for i, v in enumerate(values))
-            disagreements.append(f"{name} ({shown})")
-    if disagreements:
-        raise RingMismatchError(
-            f"ring_all_reduce on rank {rank} of {n}: the ranks disagree on "
-            + "; ".join(disagreements)
-            + ". Every rank must pass a tensor with the same number of elements and dtype, "
-            "the same op and the same RingConfig.segments"
         )
+
+    def finish(self, problem: str | None) -> None:
+        try:
+            _wait(self.work, self.timeout_s)
+        except RuntimeError as exc:
+            raise self._peer_error(exc) from exc
+        table = self.table.view(self.n, len(self.row)).tolist()  # N x F; a host sync on NCCL-only groups
+        if problem is not None:
+            raise ValueError(problem)
+        disagreements = []
+        for f, name in enumerate(_META_FIELDS):
+            values = [r[f] for r in table]
+            if len(set(values)) > 1:
+                shown = ", ".join(f"rank {i}: {_describe(name, v)}" for i, v in enumerate(values))
+                disagreements.append(f"{name} ({shown})")
+        if disagreements:
+            raise RingMismatchError(
+                f"ring_all_reduce on rank {self.rank} of {self.n}: the ranks disagree on "
+                + "; ".join(disagreements)
+                + ". Every rank must pass a tensor with the same number of elements and dtype, "
+                "the same op and the same RingConfig.segments"
+            )
 
 
 def _describe(field: str, value: int) -> str:
