@@ -17,23 +17,29 @@ On NCCL the transfers run on the process group's NCCL stream and the combines on
 stream; ``Work.wait()`` only orders the streams (measured on torch 2.11: it returns in ~10 us
 with 20 ms of GPU work queued ahead), and the NCCL stream waits for the combines issued before
 each transfer. On gloo the transfers run on gloo's threads while this thread combines.
-The default is one lane: on 2 x H200 (docs/benchmarks/allreduce.md) two or four lanes were
-slower at every size from 1 KiB to 1 GiB (1 GiB: 263 GB/s with 2 lanes, 296 with 1; also
-inside a CUDA graph and with high-priority NCCL streams), and on gloo the difference was
-inside the noise of a shared 2-core machine. Why overlap did not pay on the GPU is not
-established (the concurrent combine kernel may slow NCCL's copy kernels as much as it saves).
+The default is one lane. Why more lanes did not pay on 2 x H200 was found with the bench's
+GPU timelines (``--trace-calls``, docs/benchmarks/allreduce.md): torch's ``add_`` launches a
+block per tile and, made ready at the same moment as the next lane's NCCL kernel, fills every
+SM first, so the transfer waited for the combine and the lanes ran one after another. With
+``combine_ctas`` (a Triton combine of a bounded number of persistent programs,
+:mod:`.combine`) the combine and the transfer do overlap, but cutting a transfer in two also
+halves NCCL's channels for it, which cost more than the overlap saved at every size measured;
+one lane with NCCL's point-to-point chunk at 128 KiB (the launcher's default,
+``NCCL_P2P_NVL_CHUNKSIZE``) was fastest. On gloo the difference was inside the noise of a
+shared 2-core machine.
 
 Safety. Before any data moves, the ranks compare one small row of metadata (element count,
-dtype, op, segments) with one tiny all-reduce (max of the row and of its negation) and every
-rank raises :class:`RingMismatchError` if any rank disagrees, instead of hanging in mismatched
-transfers. The exchange uses CPU tensors when the group has a CPU backend (gloo, or
-``"cpu:gloo,cuda:nccl"``), so it never synchronizes the GPU; on an NCCL-only group it costs
-one device-to-host copy. It is not free: it lines the hosts up once per call, which cost
-0.6-0.8 ms per call on the 2 x H200 machine (gloo over loopback), the largest part of an
-eager call below 256 MiB. ``check_metadata=False`` removes it where every rank is known to
-agree; :class:`RingGraph` checks once and then replays without it. A peer that died or hung
-turns into :class:`RingPeerError` after the timeout (``RingConfig.timeout_s``, else the
-process group's own) instead of a hang.
+dtype, op, segments, device type) with one all-gather, and every rank raises
+:class:`RingMismatchError` if any rank disagrees, instead of hanging in mismatched transfers.
+The all-gather is posted asynchronously and the ring's state (geometry, receive buffers) is
+built while it is on the wire. It uses CPU tensors when the group has a CPU backend (gloo, or
+``"cpu:gloo,cuda:nccl"``), so it never synchronizes the GPU; on an NCCL-only group it costs one
+device-to-host copy. It is not free: it lines the hosts up once per call, ~0.4-0.5 ms of host
+time per call on the 2 x H200 machine (gloo over loopback), so an eager call is bound by the
+host below ~256 MiB. ``check_metadata=False`` removes it where every rank is known to agree;
+:class:`RingGraph` checks once and then replays without it. A peer that died or hung turns
+into :class:`RingPeerError` after the timeout (``RingConfig.timeout_s``, else the process
+group's own) instead of a hang.
 """
 
 from __future__ import annotations
@@ -97,7 +103,8 @@ class RingConfig:
 
     segments: int = 1
     """Pieces each chunk is cut into, interleaved so that combines can overlap transfers (>= 1).
-    1 by measurement: more lanes were slower on NCCL at every size (module docstring)."""
+    1 by measurement: more lanes were slower on NCCL at every size (module docstring); on CUDA
+    they overlap only with ``combine_ctas`` set."""
     timeout_s: float | None = None
     """Seconds to wait for each transfer and for the metadata exchange before raising
     :class:`RingPeerError`. None: the process group's timeout (``init_process_group(timeout=)``),
