@@ -218,6 +218,11 @@ def _metadata_device(tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.de
     return tensor.device
 
 
+# torch 2.13 renamed all_gather_into_tensor (deprecated there) to all_gather_single; the GPU
+# machines run 2.11, which has only the old name.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 class _MetadataCheck:
     """The cross-rank metadata check, started before the ring is prepared and finished after.
 
@@ -249,7 +254,7 @@ class _MetadataCheck:
         mine = torch.tensor(self.row, dtype=torch.int64, device=device)  # (F,)
         self.table = mine.new_empty(n * len(self.row))  # (N * F,): rank i's row at [i*F, (i+1)*F)
         try:
-            self.work = dist.all_gather_into_tensor(self.table, mine, group=group, async_op=True)
+            self.work = _all_gather_single(self.table, mine, group=group, async_op=True)
         except RuntimeError as exc:
             raise self._peer_error(exc) from exc
 
