@@ -13,11 +13,14 @@ repeat runs every row once, in the same order, so machine drift hits all rows al
   ``webdataset`` package reading the same shards through an in-process boto3 ``s3://`` handler
   (it has no built-in one; PLATFORM.md found this its fastest S3 path); also with sha256
   verification on, and an epoch that writes every shard into an empty cache;
-* **cache**: an epoch served from a warm local cache (CRC32 check before use, the default;
-  and a size check only) against raw reads of the same cached files: ``read(n)`` calls of the
-  mean sample size (bytes objects like the samples, no parsing, no check), whole-file
-  ``Path.read_bytes()``, and ``readinto`` a reused 1 MiB buffer (page-cache bandwidth, nothing
-  kept: an upper bound no reader that hands out data can reach);
+* **cache**: an epoch served from a warm local cache, read through each shard's sample index
+  (CRC32 check of every file before use, the default; the same with no read-ahead, so that
+  the checks do not overlap the reading; a size check only; and the tar parsed instead of
+  read by index, as before the index existed) against raw reads of the same cached files:
+  ``read(n)`` calls of the mean sample size (bytes objects like the samples, no parsing, no
+  check), whole-file ``Path.read_bytes()``, and ``readinto`` a reused 1 MiB buffer
+  (page-cache bandwidth, nothing kept: an upper bound no reader that hands out data can
+  reach); and the CRC32 check alone, as the cache runs it, over the same files;
 * **time to first sample**: a fresh dataset's first sample vs downloading the first shard
   whole (into memory; and into a file) and then parsing its first sample.
 
@@ -38,12 +41,14 @@ import statistics
 import sys
 import tempfile
 import time
+from unittest import mock
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .cache import ShardCache, _map
 from .manifest import Manifest
 from .seaweedfs import SeaweedServer
 from .sources import S3Config, S3Source
@@ -60,7 +65,11 @@ COMPARISONS = [
     ("cache hit (crc32 check)", "file read(sample size)", 0.9),
     ("cache hit (crc32 check)", "file read_bytes()", None),
     ("cache hit (crc32 check)", "file readinto(1 MiB), nothing kept", None),
+    ("cache hit (crc32 check), no read-ahead", "file read(sample size)", None),
     ("cache hit (size check only)", "file read(sample size)", None),
+    ("cache hit, tar parsed (crc32 check)", "file read(sample size)", None),
+    ("cache hit, tar parsed (size check only)", "file read(sample size)", None),
+    ("crc32 check only", "file read(sample size)", None),
 ]
 
 
@@ -79,6 +88,12 @@ def _write_dataset(url: str, s3: S3Config, shards: int, shard_mb: float, sample_
             writer.write({"__key__": f"{i:08d}", "bin": pool[off : off + sample],
                           "cls": str(i % 1000)})
         return writer.close()
+
+
+def _no_index(self: ShardCache, path: Path, fd: int, shard: Any) -> tuple[None, Any]:
+    """Stands in for ``ShardCache._index`` in the "tar parsed" rows: no index, a map of the
+    tar, as every hit was read before the index existed."""
+    return None, _map(fd)
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -165,9 +180,29 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         assert len(files) == len(manifest.shards), "the cache did not take every shard"
         sample_size = total // manifest.total_samples
 
-        def cache_hit(verify: str) -> Callable[[], int]:
-            return lambda: _consume(iter(dataset(cache_dir=str(warm), cache_max_bytes=4 * total,
-                                                 cache_verify=verify)))
+        def cache_hit(verify: str, *, parse: bool = False, **kw: Any) -> Callable[[], int]:
+            def run() -> int:
+                ds = dataset(cache_dir=str(warm), cache_max_bytes=4 * total, cache_verify=verify,
+                             **kw)
+                if not parse:
+                    return _consume(iter(ds))
+                # The reader before the index: every hit hands over a map of the tar, parsed.
+                with mock.patch.object(ShardCache, "_index", _no_index):
+                    return _consume(iter(ds))
+            return run
+
+        checker = ShardCache(warm, 4 * total)
+        by_name = {s.sha256: s for s in manifest.shards}
+
+        def crc_only() -> int:  # the check a hit runs before its first sample, and nothing else
+            for p in files:
+                shard = by_name[p.name[:64]]
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    assert checker._verify(fd, shard.size, shard, p)
+                finally:
+                    os.close(fd)
+            return total
 
         def read_bytes() -> int:
             return sum(len(p.read_bytes()) for p in files)
@@ -199,7 +234,11 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "file read(sample size)": read_samples,
             "file readinto(1 MiB), nothing kept": readinto_chunks,
             "cache hit (crc32 check)": cache_hit("crc32"),
+            "cache hit (crc32 check), no read-ahead": cache_hit("crc32", prefetch_depth=0),
             "cache hit (size check only)": cache_hit("size"),
+            "cache hit, tar parsed (crc32 check)": cache_hit("crc32", parse=True),
+            "cache hit, tar parsed (size check only)": cache_hit("size", parse=True),
+            "crc32 check only": crc_only,
         }
         times: dict[str, list[float]] = {name: [] for name in rows}
         for rep in range(args.repeats):

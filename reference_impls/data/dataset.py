@@ -391,22 +391,34 @@ class ShardedDataset(IterableDataset):
                 to_end = seg.stop == shard.num_samples
                 counts = [-1]
                 position = start
-                samples = iter_samples(fetch.chunks(), where, skip=seg.start + skip,
-                                       stop=seg.stop, drain=to_end, counts=counts)
+                name, pad = shard.name, seg.pad
                 try:
-                    name, pad = shard.name, seg.pad
-                    for sample in samples:
-                        sample["__shard__"] = name
-                        sample["__pad__"] = pad
-                        sample["__worker__"] = worker
-                        sample["__num_workers__"] = workers
-                        yield position, sample
-                        position += 1
-                        if fill:
-                            launch(cfg.prefetch_depth)
-                            fill = False
+                    hit = fetch.indexed()  # waits for the shard's first bytes
+                    if hit is not None:
+                        # A verified cache hit with its sample index: each member is one pread
+                        # at its offset (small ones come with the index), no header parsing:
+                        # the samples iter_samples would build. pread releases the GIL, so the
+                        # fetch threads keep checking the next shards meanwhile.
+                        counts[0] = len(hit.index)
+                        samples = hit.index.samples(hit.fd, seg.start + skip, seg.stop,
+                                                    f"cached copy {hit.path} of shard {where}")
+                    else:
+                        samples = iter_samples(fetch.chunks(), where, skip=seg.start + skip,
+                                               stop=seg.stop, drain=to_end, counts=counts)
+                    try:
+                        for sample in samples:
+                            sample["__shard__"] = name
+                            sample["__pad__"] = pad
+                            sample["__worker__"] = worker
+                            sample["__num_workers__"] = workers
+                            yield position, sample
+                            position += 1
+                            if fill:
+                                launch(cfg.prefetch_depth)
+                                fill = False
+                    finally:
+                        samples.close()
                 finally:
-                    samples.close()
                     fetch.release()
                 if position != start + len(seg) - skip or (to_end and counts[0] != shard.num_samples):
                     raise ManifestMismatchError(

@@ -25,6 +25,7 @@ _COUNTERS = (
     "cache_corrupt",
     "cache_evictions",
     "cache_skipped",
+    "cache_index_rebuilds",
     "retries",
 )
 
@@ -43,6 +44,7 @@ class Metrics:
         self.cache_corrupt = 0      # cached files that failed verification (deleted, refetched)
         self.cache_evictions = 0
         self.cache_skipped = 0      # misses not cached: no room even after eviction
+        self.cache_index_rebuilds = 0  # hits whose sample index was missing or bad (rebuilt)
         self.retries = 0            # ranged GETs re-issued after a failed or cut read
         self.time_blocked_s = 0.0   # consumer waiting for bytes
         self.started = time.monotonic()

@@ -213,7 +213,7 @@ def _pax_records(data: bytes, shard: str, offset: int) -> dict[str, str]:
 
 
 def iter_samples(chunks: Iterable[Any], shard: str, *, skip: int = 0, stop: int | None = None,
-                 drain: bool = True, counts: list[int] | None = None,
+                 drain: bool = True, counts: list[int] | None = None, locate: bool = False,
                  ) -> Iterator[dict[str, Any]]:
     """Samples (``{"__key__": key, ext: bytes, ...}``) of one shard streamed as ``chunks``.
 
@@ -223,6 +223,10 @@ def iter_samples(chunks: Iterable[Any], shard: str, *, skip: int = 0, stop: int 
     the generator returns at once and the rest of the stream is never read.
     ``counts[0]`` is set to the number of samples in the shard once its end is reached.
     Raises :class:`ShardFormatError` naming ``shard`` on a truncated or corrupt archive.
+
+    With ``locate`` a member's value is ``(offset, size)`` of its data in the stream instead of
+    the bytes (nothing is copied): what the cache's per-shard index (:mod:`.shardindex`)
+    records, so that an indexed read yields exactly the samples this parser would.
     """
     if stop is None:
         stop = 1 << 62
@@ -297,6 +301,10 @@ def iter_samples(chunks: Iterable[Any], shard: str, *, skip: int = 0, stop: int 
                 f"shard {shard!r}: sample {k!r} has two members with extension {ext!r} "
                 f"(second at byte {offset}); keys must be unique within a run of members"
             )
+        if locate:
+            sample[ext] = (cur.offset, size)
+            cur.skip(padded, "member data")
+            continue
         sample[ext] = cur.read(size, "member data")
         if padded != size:
             cur.skip(padded - size, "member padding")

@@ -10,12 +10,15 @@ Inputs are seeded; shards for the epoch benchmarks are written once per run in
 
 from __future__ import annotations
 
+import hashlib
 import os
+import zlib
 
 import numpy as np
 
 from reference_impls.data import ShardWriter, WriterConfig, iter_samples, plan_worker
 from reference_impls.data.assignment import ShuffleSchedule
+from reference_impls.data.shardindex import ShardIndex
 from reference_impls.data.tario import END_OF_ARCHIVE, sample_bytes
 
 SEED = 20261130
@@ -57,6 +60,26 @@ class TarParse:
     def time_parse_32mb(self, sample_size):
         for _ in iter_samples(self.chunks, "bench.tar"):
             pass
+
+
+class ShardIndexing:
+    """A cached shard's sample index: built once when the shard enters the cache (a scan of
+    its headers) and loaded (read, checked, decoded) by every cache hit."""
+
+    params = [1_000, 100_000]
+    param_names = ["sample_bytes"]
+
+    def setup(self, sample_size):
+        self.data = _shard(sample_size)
+        self.identity = {"size": len(self.data), "crc": zlib.crc32(self.data),
+                         "sha256": hashlib.sha256(self.data).hexdigest()}
+        self.encoded = ShardIndex.scan(self.data, "bench.tar").encode(**self.identity)
+
+    def time_scan_32mb(self, sample_size):
+        ShardIndex.scan(self.data, "bench.tar")
+
+    def time_load(self, sample_size):
+        ShardIndex.decode(self.encoded, **self.identity)
 
 
 class TarWrite:
@@ -111,7 +134,8 @@ class LocalEpoch(_LocalShards):
 
 
 class CacheHitEpoch(_LocalShards):
-    """One epoch served from a warm cache, per verification mode (checked before use)."""
+    """One epoch served from a warm cache, per verification mode (checked before use), read
+    through each shard's sample index (one pread per member, no tar parsing)."""
 
     params = ["crc32", "sha256", "size"]
     param_names = ["cache_verify"]
