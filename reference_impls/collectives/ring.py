@@ -24,8 +24,8 @@ SM first, so the transfer waited for the combine and the lanes ran one after ano
 ``combine_ctas`` (a Triton combine of a bounded number of persistent programs,
 :mod:`.combine`) the combine and the transfer do overlap, but cutting a transfer in two also
 halves NCCL's channels for it, which cost more than the overlap saved at every size measured;
-one lane with NCCL's point-to-point chunk at 128 KiB (the launcher's default,
-``NCCL_P2P_NVL_CHUNKSIZE``) was fastest. On gloo the difference was inside the noise of a
+one lane with NCCL's point-to-point chunk at 128 KiB (``NCCL_P2P_NVL_CHUNKSIZE=131072``: the
+launcher's default; set it in the environment of other torchrun jobs) was fastest. On gloo the difference was inside the noise of a
 shared 2-core machine.
 
 Safety. Before any data moves, the ranks compare one small row of metadata (element count,
