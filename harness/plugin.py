@@ -55,6 +55,9 @@ class TestRecord:
     seed: int | None
     outcome: str = "passed"
     duration_s: float = 0.0
+    call_s: float = 0.0
+    """The call phase alone: what the tier's budget is checked against (set-up and tear-down
+    include shared fixtures, whose cost lands on whichever test comes first or last)."""
     message: str | None = None
     longrepr: str | None = None
     quarantine: dict[str, str] | None = None
@@ -548,6 +551,8 @@ class Recorder:
                 seed=getattr(report, "harness_seed", None),
             )
         record.duration_s += report.duration
+        if report.when == "call":
+            record.call_s = report.duration
         quarantine = getattr(report, "harness_quarantine", None)
         if quarantine is not None:
             record.quarantine = quarantine
@@ -642,9 +647,9 @@ def _over_budget(state: HarnessState) -> list[tuple[TestRecord, float]]:
     out = []
     for record in state.records.values():
         tier = state.tiers.get(record.tier or "")
-        if tier and tier.budget_s is not None and record.duration_s > tier.budget_s:
+        if tier and tier.budget_s is not None and record.call_s > tier.budget_s:
             out.append((record, tier.budget_s))
-    return sorted(out, key=lambda rb: -rb[0].duration_s)
+    return sorted(out, key=lambda rb: -rb[0].call_s)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -676,7 +681,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if over:
         tr.write_sep("=", f"harness: {len(over)} test(s) over their tier's time budget", yellow=True)
         for record, budget in over:
-            tr.write_line(f"{record.duration_s:7.2f}s > {budget:g}s  {record.nodeid}")
+            tr.write_line(f"{record.call_s:7.2f}s > {budget:g}s  {record.nodeid}")
     if state.golden_events:
         tr.write_sep("=", "harness: goldens written (review and commit)", yellow=True)
         for nodeid, action, name in state.golden_events:

@@ -164,6 +164,35 @@ def test_a_unit_test_over_its_budget_is_reported_in_the_summary(project, pyteste
     assert "test_fast" not in result.stdout.str().split("time budget")[1]
 
 
+def test_the_budget_is_checked_against_the_call_not_shared_fixtures(project, pytester):
+    # A module-scoped fixture's set-up and tear-down land on the first and last test of the
+    # module; neither test's own body is slow, so neither is over the budget.
+    project(
+        {
+            "pyproject.toml": "[tool.harness.tiers.unit]\nbudget_s = 0.2\n",
+            "suites/unit/test_shared.py": """
+                import time
+                import pytest
+
+                @pytest.fixture(scope="module")
+                def server():
+                    time.sleep(0.3)
+                    yield
+                    time.sleep(0.3)
+
+                def test_first(server):
+                    pass
+
+                def test_last(server):
+                    pass
+            """,
+        }
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    assert "over their tier's time budget" not in result.stdout.str()
+
+
 DRAWS = {
     "suites/unit/test_draws.py": """
         import json, os, random
