@@ -1,0 +1,145 @@
+"""Shared by the other ``harness.perf`` modules: the asv project, errors, interpreter and git.
+
+:class:`Project` is a repository's asv project (its config and the folders asv writes under
+.asv/); :class:`PerfError` is a problem the user has to fix. The interpreter helpers spell the
+one ``-E existing:PY`` path every run uses (see the package docstring), the git helpers resolve
+commits, and :func:`_stream` runs asv with the project's own HOME (:func:`_asv_environ`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+DEFAULT_MACHINE = "ci-cpu"
+MACHINE_ENV_VAR = "HARNESS_PERF_MACHINE"
+VENDOR_DIR_ENV_VAR = "HARNESS_PERF_VENDOR_DIR"
+
+
+class PerfError(Exception):
+    """A problem the user has to fix; the message says what and how."""
+
+
+Echo = Callable[[str], None]
+
+
+def _echo_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Project layout, interpreter and git helpers
+
+
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """The asv project of a repository: its config and the folders asv writes (under .asv/)."""
+
+    root: Path
+    config_path: Path
+    results_dir: Path
+    html_dir: Path
+    benchmark_dir: Path
+
+    @classmethod
+    def load(cls, root: Path | str) -> Project:
+        root = Path(root).resolve()
+        config_path = root / "asv.conf.json"
+        if not config_path.is_file():
+            raise PerfError(f"{config_path} not found: run harness perf from the repository root")
+        conf = _load_json(config_path)
+        return cls(
+            root=root,
+            config_path=config_path,
+            results_dir=root / conf.get("results_dir", "results"),
+            html_dir=root / conf.get("html_dir", "html"),
+            benchmark_dir=root / conf.get("benchmark_dir", "benchmarks"),
+        )
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".asv"
+
+    @property
+    def home(self) -> Path:
+        """A writable HOME for asv: `asv machine` writes ~/.asv-machine.json there."""
+        return self.state_dir / "home"
+
+    @property
+    def vendor_dir(self) -> Path:
+        """Where npm packages for the dashboard are cached (HARNESS_PERF_VENDOR_DIR overrides:
+        a CI cache or several checkouts can share one)."""
+        override = os.environ.get(VENDOR_DIR_ENV_VAR)
+        return Path(override) if override else self.state_dir / "vendor"
+
+
+def _load_json(path: Path) -> dict:
+    from asv import util as asv_util
+
+    return asv_util.load_json(str(path), js_comments=True)
+
+
+def python_path() -> str:
+    """The interpreter spelled the one way every run uses (symlinks kept: a venv is a symlink)."""
+    return os.path.abspath(sys.executable)
+
+
+def env_spec(python: str | None = None) -> str:
+    return f"existing:{python or python_path()}"
+
+
+def env_name(python: str | None = None) -> str:
+    """The environment name asv records for ``-E existing:PYTHON``."""
+    from asv.environment import get_env_name
+
+    return get_env_name("existing", (python or python_path()).replace(os.path.sep, "_"), {}, {})
+
+
+def default_machine() -> str:
+    return os.environ.get(MACHINE_ENV_VAR) or DEFAULT_MACHINE
+
+
+def _git(root: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise PerfError(f"git {' '.join(args)} failed in {root}: {proc.stderr.strip()}")
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def resolve_commit(root: Path, ref: str) -> str:
+    """Full hash of ``ref``; a clear error when the commit is not in this clone."""
+    sha = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    if not sha:
+        raise PerfError(
+            f"unknown commit {ref!r} in {root}: a shallow clone must fetch it first "
+            f"(git fetch origin {ref}, or actions/checkout with fetch-depth: 0)"
+        )
+    return sha
+
+
+def _asv_environ(project: Project, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    project.home.mkdir(parents=True, exist_ok=True)
+    env["HOME"] = str(project.home)
+    env.update(extra or {})
+    return env
+
+
+def _stream(cmd: Sequence[str], *, cwd: Path, env: dict[str, str], echo: Echo | None,
+            log: list[str]) -> int:
+    """Run cmd, echo its output line by line as it comes (progress), keep it in log."""
+    proc = subprocess.Popen(
+        list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, bufsize=1,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        log.append(line)
+        if echo:
+            echo(line)
+    return proc.wait()
