@@ -159,8 +159,10 @@ def test_an_intact_index_whose_content_does_not_fit_the_tar_is_refused(seed, dam
         # One byte past the end: a last member of size 0 starting exactly at the end would be
         # harmless (it reads b""), and the decoder accepts it.
         struct.pack_into("<Q", body, starts + 8 * (m - 1), len(data) + 1)
-    elif damage == "overlap":
-        struct.pack_into("<Q", body, starts + 8, struct.unpack_from("<Q", body, starts)[0])
+    elif damage == "overlap":  # the member after the first non-empty one starts inside it
+        sizes = struct.unpack_from(f"<{m}Q", body, starts + 8 * m)
+        j = next(i for i in range(m - 1) if sizes[i] > 0)
+        struct.pack_into("<Q", body, starts + 8 * (j + 1), struct.unpack_from("<Q", body, starts + 8 * j)[0])
     elif damage == "counts":
         struct.pack_into("<I", body, counts, struct.unpack_from("<I", body, counts)[0] + 1)
     elif damage == "ext id":
