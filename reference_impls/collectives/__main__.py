@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from reference_impls.collectives.checks import Case, compare_with_all_reduce, mismatch_errors
-from reference_impls.collectives.launcher import NCCL_DEFAULT_ENV
+from reference_impls.collectives.launcher import apply_nccl_defaults
 
 SIZES = (1, 2, 3, 7, 1000, 65_537)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda":
-            for key, value in NCCL_DEFAULT_ENV.items():
-                os.environ.setdefault(key, value)
+            apply_nccl_defaults()
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
         dist.init_process_group("cpu:gloo,cuda:nccl" if device == "cuda" else "gloo")
         problems = check_rank(rank, world, device)

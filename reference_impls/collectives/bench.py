@@ -26,7 +26,7 @@ import platform
 import sys
 
 from reference_impls.collectives.busbw import BenchSpec, Measurement, measure
-from reference_impls.collectives.launcher import NCCL_DEFAULT_ENV, LaunchConfig, launch
+from reference_impls.collectives.launcher import LaunchConfig, apply_nccl_defaults, launch
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -135,8 +135,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     if args.device == "cuda":
-        for key, value in NCCL_DEFAULT_ENV.items():  # also under torchrun
-            os.environ.setdefault(key, value)
+        apply_nccl_defaults()  # also under torchrun
     spec = BenchSpec(
         sizes=sizes_between(args.min_size, args.max_size, args.factor),
         impls=tuple(args.impls or ("all_reduce", "ring")),

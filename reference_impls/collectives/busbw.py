@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from reference_impls.collectives.ring import RingConfig, RingGraph, ring_all_reduce
+from reference_impls.collectives.ring import RingConfig, RingGraph, capture_graph, ring_all_reduce
 from reference_impls.collectives.schedule import bus_bandwidth_factor
 
 __all__ = ["BenchSpec", "Measurement", "measure", "parse_impl", "repeat_calls"]
@@ -129,20 +129,11 @@ def parse_impl(impl: str) -> Callable[[torch.Tensor], Callable[[], object]]:
 
 
 def _all_reduce_graph(x: torch.Tensor) -> Callable[[], object]:
-    """``dist.all_reduce(x)`` captured in a CUDA graph (warmed up on a side stream first)."""
+    """``dist.all_reduce(x)`` captured in a CUDA graph (warmed up on a copy of ``x``)."""
     if x.device.type != "cuda":
         raise ValueError(f"all_reduce:graph=1 captures CUDA work; got a tensor on {x.device}")
     probe = x.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        dist.all_reduce(probe)
-    torch.cuda.current_stream().wait_stream(side)
-    del probe
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        dist.all_reduce(x)
-    return graph.replay
+    return capture_graph(lambda: dist.all_reduce(probe), lambda: dist.all_reduce(x)).replay
 
 
 def _device() -> torch.device:
@@ -189,7 +180,8 @@ def _timeline(call: Callable[[], object], calls: int) -> tuple[dict[str, object]
         torch.cuda.synchronize()
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
-        events = json.load(open(f.name)).get("traceEvents", [])
+        with open(f.name) as trace:  # written by name: read it back the same way
+            events = json.load(trace).get("traceEvents", [])
     gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
     if not gpu:
         return ()

@@ -66,6 +66,10 @@ class Case:
     """Reduce a non-contiguous view (every other element of a buffer twice as long); the
     elements between must come back untouched."""
 
+    @property
+    def ring_config(self) -> RingConfig:
+        return RingConfig(segments=self.segments, combine_ctas=self.combine_ctas)
+
 
 @dataclasses.dataclass(frozen=True)
 class CaseResult:
@@ -118,12 +122,12 @@ def compare_with_all_reduce(
             base = torch.full((2 * case.numel,), 7, dtype=x.dtype, device=dev)  # (2 numel,)
             ring = base[::2]  # (numel,), stride 2: not contiguous
             ring.copy_(x)
-            ring_all_reduce(ring, case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
+            ring_all_reduce(ring, case.op, config=case.ring_config)
             if not bool((base[1::2] == 7).all()):
                 raise AssertionError(f"{case}: ring_all_reduce wrote between the view's elements")
         else:
             ring = x.clone()
-            ring_all_reduce(ring, case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
+            ring_all_reduce(ring, case.op, config=case.ring_config)
         ref = x.clone()
         dist.all_reduce(ref, op=getattr(dist.ReduceOp, REDUCE_OP[case.op]))
         if case.op == "mean":
@@ -235,9 +239,9 @@ def graph_replays(rank: int, world_size: int, case: Case, replays: int = 3) -> l
     dist.all_reduce(reference, op=getattr(dist.ReduceOp, REDUCE_OP[case.op]))
     if case.op == "mean":
         reference.div_(world_size)
-    eager = ring_all_reduce(x.clone(), case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
+    eager = ring_all_reduce(x.clone(), case.op, config=case.ring_config)
     buf = torch.empty_like(x)
-    graph = RingGraph(buf, case.op, config=RingConfig(segments=case.segments, combine_ctas=case.combine_ctas))
+    graph = RingGraph(buf, case.op, config=case.ring_config)
     out = []
     for _ in range(replays):
         buf.copy_(x)

@@ -35,7 +35,15 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["MULTICAST_OFF_ENV", "NCCL_DEFAULT_ENV", "LaunchConfig", "LaunchError", "RankFailure", "launch"]
+__all__ = [
+    "MULTICAST_OFF_ENV",
+    "NCCL_DEFAULT_ENV",
+    "LaunchConfig",
+    "LaunchError",
+    "RankFailure",
+    "apply_nccl_defaults",
+    "launch",
+]
 
 _BACKENDS = ("gloo", "nccl", "cpu:gloo,cuda:nccl")
 # NVLink multicast off in NCCL, torch symmetric memory and NVSHMEM: on shared GPU hosts a
@@ -53,6 +61,13 @@ MULTICAST_OFF_ENV = {
 # on 2 x H200 that took the ring from 0.88x to 1.01x NCCL's all_reduce at 256 MiB, with NCCL's
 # own all_reduce unchanged (docs/benchmarks/allreduce.md). NCCL reads it once per process.
 NCCL_DEFAULT_ENV = {**MULTICAST_OFF_ENV, "NCCL_P2P_NVL_CHUNKSIZE": "131072"}
+
+
+def apply_nccl_defaults() -> None:
+    """Set :data:`NCCL_DEFAULT_ENV` in this process's environment where it is not set yet
+    (before NCCL starts: it reads them once)."""
+    for key, value in NCCL_DEFAULT_ENV.items():
+        os.environ.setdefault(key, value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -245,8 +260,7 @@ def _rank_main(rank: int, config: LaunchConfig, port: int, payload: bytes, conn,
     sys.path[:] = sys_path  # fn may live in a module found through the parent's sys.path
     os.environ.update(config.env)
     if "nccl" in config.backend:
-        for key, value in NCCL_DEFAULT_ENV.items():
-            os.environ.setdefault(key, value)
+        apply_nccl_defaults()
     if config.host == "127.0.0.1" and sys.platform == "linux":
         # Every rank is on this machine: gloo over the loopback device. Measured on 2 x H200
         # (2 ranks): the ring's per-call metadata exchange, and with it an eager 1 KiB ring

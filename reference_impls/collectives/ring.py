@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -65,6 +65,7 @@ __all__ = [
     "RingGraph",
     "RingMismatchError",
     "RingPeerError",
+    "capture_graph",
     "ring_all_reduce",
 ]
 
@@ -313,6 +314,24 @@ def _wait(work: dist.Work | None, timeout_s: float | None) -> None:
         work.wait(timeout=dt.timedelta(seconds=timeout_s))
 
 
+def capture_graph(warmup: Callable[[], object], body: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """Run ``warmup`` on a side stream, then capture ``body`` in a new CUDA graph.
+
+    The warm-up, as torch.cuda.graph's docs ask, creates lazily made state (NCCL streams, the
+    allocator's blocks for this size) before capture; it should do what ``body`` does, on
+    other memory if ``body``'s must not change.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        warmup()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    return graph
+
+
 class RingGraph:
     """``ring_all_reduce`` of one CUDA tensor captured in a CUDA graph; ``replay()`` re-runs it.
 
@@ -347,19 +366,12 @@ class RingGraph:
         probe = tensor.clone()
         ring_all_reduce(probe, op, group, config=config)  # checked: every rank agrees
         unchecked = dataclasses.replace(config, check_metadata=False, timeout_s=None)
-        # Warm up on a side stream, as torch.cuda.graph's docs ask, so that lazily created
-        # state (NCCL streams, the allocator's blocks for this size) exists before capture.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            ring_all_reduce(probe, op, group, config=unchecked)
-        torch.cuda.current_stream().wait_stream(side)
-        del probe
         self.graph = None
-        if dist.get_world_size(group) > 1 and tensor.numel() > 0:
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                ring_all_reduce(tensor, op, group, config=unchecked)
+        if dist.get_world_size(group) > 1 and tensor.numel() > 0:  # else there is nothing to run
+            self.graph = capture_graph(
+                lambda: ring_all_reduce(probe, op, group, config=unchecked),
+                lambda: ring_all_reduce(tensor, op, group, config=unchecked),
+            )
 
     def replay(self) -> torch.Tensor:
         if self.graph is not None:
