@@ -471,24 +471,20 @@ class ShardCache:
         an index whose file is gone (a crash between the two deletions) is removed too."""
         names = {e.name: e.path for e in os.scandir(self.directory)}
         for name, path in names.items():
-            if (m := _PART.match(name)) and not _pid_alive(int(m.group(3))):
-                pass
-            elif (m := _IDX_PART.match(name)) and not _pid_alive(int(m.group(3))):
-                pass
-            elif _IDX.match(name) and name[:-4] + ".tar" not in names:
-                pass
+            if m := _PART.match(name) or _IDX_PART.match(name):  # group 3: the writer's pid
+                stale = not _pid_alive(int(m.group(3)))
             else:
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+                stale = bool(_IDX.match(name)) and name[:-4] + ".tar" not in names
+            if stale:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
     def clear(self) -> None:
         """Delete every finished file and index (pinned ones too: their readers keep their
         open copy)."""
         for path, _, _ in self.entries():
             path.unlink(missing_ok=True)
-            index_path(path).unlink(missing_ok=True)
-        for e in os.scandir(self.directory):
+        for e in os.scandir(self.directory):  # the indexes, also any left without their tar
             if _IDX.match(e.name):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(e.path)
