@@ -110,7 +110,7 @@ class ShardFetch:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, buffer_bytes // chunk_bytes))
         self._released = threading.Event()
         self._aborted = threading.Event()
-        self._hit: CachedShard | _Mapped | None = None  # a map the consumer reads from
+        self._hit: _Mapped | None = None  # a local file's map the consumer reads from
         self._hit_lock = threading.Lock()
         self.error: BaseException | None = None
         self.from_cache = False
@@ -160,7 +160,8 @@ class ShardFetch:
 
     def release(self) -> None:
         """The consumer is done (its parser closed); a download feeding the cache completes in
-        the background. A cache hit's map and pin are dropped by the fetch thread, at once."""
+        the background. A local file's map is closed here; a cache hit's pin (and map) is
+        dropped by the fetch thread, which waits for this call."""
         self._released.set()
         self._drain()
         with self._hit_lock:
