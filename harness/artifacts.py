@@ -669,9 +669,7 @@ class _Rows:
     items: list[tuple[int, object]]
 
 
-def validate(
-    obj_or_path: object, schema: Schema, *, allow_pickle: bool = False
-) -> list[Violation]:
+def validate(obj_or_path: object, schema: Schema, *, allow_pickle: bool = False) -> list[Violation]:
     """Every way ``obj_or_path`` differs from ``schema``; empty when it matches.
 
     ``obj_or_path`` is a loaded artifact (a dict), a list of rows (a metrics log), or a path

@@ -222,9 +222,7 @@ def installed_distributions() -> dict[str, str]:
     return dict(found.values())
 
 
-def check(
-    lock_path: str | os.PathLike, *, distributions: Mapping[str, str] | None = None
-) -> Drift:
+def check(lock_path: str | os.PathLike, *, distributions: Mapping[str, str] | None = None) -> Drift:
     """Compare installed distributions with the lock file at ``lock_path``.
 
     ``distributions`` (``{name: version}``) replaces what is installed, for tests and for

@@ -109,13 +109,25 @@ def run_once(
     with tempfile.TemporaryDirectory(prefix="harness-flaky-") as tmp:
         report_path = Path(tmp) / "report.json"
         cmd = [
-            python, "-m", "pytest", test, f"--harness-seed={seed}", "-q",
-            "-p", "no:cacheprovider", f"--harness-json={report_path}", "--harness-no-fingerprint",
+            python,
+            "-m",
+            "pytest",
+            test,
+            f"--harness-seed={seed}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--harness-json={report_path}",
+            "--harness-no-fingerprint",
             *extra_args,
         ]
         try:
             proc = subprocess.run(
-                cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                cmd,
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
                 env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
             )
         except subprocess.TimeoutExpired:
@@ -132,8 +144,11 @@ def run_once(
         return RunResult(seed, t["outcome"], t.get("message") or "")
 
 
-def classify(same_seed: Sequence[RunResult], new_seeds: Sequence[RunResult],
-             confirmations: Sequence[RunResult]) -> tuple[str, str]:
+def classify(
+    same_seed: Sequence[RunResult],
+    new_seeds: Sequence[RunResult],
+    confirmations: Sequence[RunResult],
+) -> tuple[str, str]:
     """(verdict, one-line detail) from the three groups of runs."""
     everything = [*same_seed, *new_seeds, *confirmations]
     unrunnable = [r for r in everything if r.outcome in ("not run", "skipped")]

@@ -63,7 +63,9 @@ def _as_floats(name: str, value: object) -> float | list[float]:
         for v in value:
             f = _as_floats(name, v)
             if isinstance(f, list):
-                raise TypeError(f"golden {name!r}: expected a flat list of numbers, got nested lists")
+                raise TypeError(
+                    f"golden {name!r}: expected a flat list of numbers, got nested lists"
+                )
             out.append(f)
         return out
     raise TypeError(
@@ -95,7 +97,9 @@ def compare(
         return None
     _, i, v, g, diff, allowed = worst
     at = f" at index {i}" if isinstance(value, list) else ""
-    count = f" ({bad} of {len(values)} elements outside the band)" if isinstance(value, list) else ""
+    count = (
+        f" ({bad} of {len(values)} elements outside the band)" if isinstance(value, list) else ""
+    )
     return (
         f"golden {name!r}{at}: got {v!r}, recorded {g!r}; "
         f"|difference| {diff:.6g} > allowed {allowed:.6g} (rtol={rtol:g}, atol={atol:g}){count}"

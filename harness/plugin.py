@@ -245,11 +245,21 @@ def _register_hypothesis_profiles() -> bool:
     slow_ok = [HealthCheck.too_slow]
     settings.register_profile("dev", base, deadline=None)
     settings.register_profile(
-        "ci", base, derandomize=True, database=None, deadline=None, print_blob=True,
+        "ci",
+        base,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
         suppress_health_check=slow_ok,
     )
     settings.register_profile(
-        "nightly", base, max_examples=2000, database=None, deadline=None, print_blob=True,
+        "nightly",
+        base,
+        max_examples=2000,
+        database=None,
+        deadline=None,
+        print_blob=True,
         suppress_health_check=slow_ok,
     )
     return True
@@ -329,7 +339,9 @@ def _quarantine_problems(
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "needs(*needs): skip unless every need is met (harness.tiers)")
+    config.addinivalue_line(
+        "markers", "needs(*needs): skip unless every need is met (harness.tiers)"
+    )
     config.addinivalue_line("markers", "quarantined: set by the harness on quarantined tests")
     rootpath = config.rootpath
     try:
@@ -364,7 +376,9 @@ def pytest_configure(config: pytest.Config) -> None:
         ci=ci,
         quarantine_path=quarantine_path,
         quarantine=entries,
-        quarantine_problems=_quarantine_problems(entries, rootpath, quarantine_path, dt.date.today()),
+        quarantine_problems=_quarantine_problems(
+            entries, rootpath, quarantine_path, dt.date.today()
+        ),
         hypothesis_profile=_setup_hypothesis(config, ci, seed),
         update_goldens=config.getoption("harness_update_goldens"),
     )
@@ -470,7 +484,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     seed = _test_seed(state, item.nodeid)
     seeding.seed_everything(seed)
     # user_properties travel into JUnit XML (written from the teardown report).
-    item.user_properties += [("harness_tier", item.stash.get(TIER, None) or "-"), ("harness_seed", seed)]
+    item.user_properties += [
+        ("harness_tier", item.stash.get(TIER, None) or "-"),
+        ("harness_seed", seed),
+    ]
 
 
 def repro_command(state: HarnessState, nodeid: str) -> str:
@@ -507,7 +524,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             # text is kept for the summary and the reports: quarantine hides nothing.
             message = _crash_message(report)
             report.harness_quarantine = {
-                **_quarantine_info(entry), "failure": message, "longrepr": str(report.longrepr)
+                **_quarantine_info(entry),
+                "failure": message,
+                "longrepr": str(report.longrepr),
             }
             report.outcome = "skipped"
             report.wasxfail = f"quarantined ({entry.issue}): {entry.reason}; failed: {message}"
@@ -633,10 +652,16 @@ def golden(request: pytest.FixtureRequest) -> Golden:
     try:
         rel = path.relative_to(state.suites_dir)
     except ValueError:
-        rel = path.relative_to(state.rootpath) if path.is_relative_to(state.rootpath) else Path(path.name)
+        rel = (
+            path.relative_to(state.rootpath)
+            if path.is_relative_to(state.rootpath)
+            else Path(path.name)
+        )
     file_path = state.goldens_dir / rel.with_suffix(".json")
     file = state.golden_files.setdefault(file_path, _goldens.GoldenFile(file_path))
-    key = request.node.nodeid.split("::", 1)[1] if "::" in request.node.nodeid else request.node.name
+    key = (
+        request.node.nodeid.split("::", 1)[1] if "::" in request.node.nodeid else request.node.name
+    )
     return Golden(state, file, request.node.nodeid, key)
 
 
@@ -659,27 +684,39 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     records = list(state.records.values())
     quarantined = [r for r in records if r.outcome == "quarantined"]
-    q_passed = [r for r in records if r.quarantine and r.quarantine.get("failure") is None and r.outcome == "passed"]
+    q_passed = [
+        r
+        for r in records
+        if r.quarantine and r.quarantine.get("failure") is None and r.outcome == "passed"
+    ]
     failed = [r for r in records if r.outcome in ("failed", "error")]
     if quarantined:
-        tr.write_sep("=", f"harness: {len(quarantined)} quarantined failure(s) (not gating)", yellow=True)
+        tr.write_sep(
+            "=", f"harness: {len(quarantined)} quarantined failure(s) (not gating)", yellow=True
+        )
         for r in quarantined:
             q = r.quarantine or {}
             tr.write_sep("_", r.nodeid, yellow=True)
-            tr.write_line(f"quarantined until {q.get('expires')}: {q.get('reason')} ({q.get('issue')})")
+            tr.write_line(
+                f"quarantined until {q.get('expires')}: {q.get('reason')} ({q.get('issue')})"
+            )
             if r.longrepr:
                 tr.write_line(r.longrepr)
     if q_passed:
         tr.write_sep("=", "harness: quarantined tests that passed", green=True)
         for r in q_passed:
-            tr.write_line(f"{r.nodeid}: passed while quarantined; remove its entry once it is fixed")
+            tr.write_line(
+                f"{r.nodeid}: passed while quarantined; remove its entry once it is fixed"
+            )
     if state.quarantine_problems:
         tr.write_sep("=", "harness: quarantine problems (these fail the run)", red=True, bold=True)
         for problem in state.quarantine_problems:
             tr.write_line(problem, red=True)
     over = _over_budget(state)
     if over:
-        tr.write_sep("=", f"harness: {len(over)} test(s) over their tier's time budget", yellow=True)
+        tr.write_sep(
+            "=", f"harness: {len(over)} test(s) over their tier's time budget", yellow=True
+        )
         for record, budget in over:
             tr.write_line(f"{record.call_s:7.2f}s > {budget:g}s  {record.nodeid}")
     if state.golden_events:
@@ -707,12 +744,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = config.getoption("harness_json")
     if path:
         write_json_report(
-            Path(path), state, int(session.exitstatus),
+            Path(path),
+            state,
+            int(session.exitstatus),
             fingerprint=not config.getoption("harness_no_fingerprint"),
         )
 
 
-def write_json_report(path: Path, state: HarnessState, exit_status: int, *, fingerprint: bool = True) -> None:
+def write_json_report(
+    path: Path, state: HarnessState, exit_status: int, *, fingerprint: bool = True
+) -> None:
     """The machine-readable record of the run that ``harness run`` renders into reports."""
     environment: dict[str, Any] = {}
     if fingerprint:
@@ -740,7 +781,7 @@ def write_json_report(path: Path, state: HarnessState, exit_status: int, *, fing
         "deterministic": state.deterministic,
         "ci": state.ci,
         "hypothesis_profile": state.hypothesis_profile,
-        "started": dt.datetime.fromtimestamp(state.started, dt.timezone.utc).isoformat(),
+        "started": dt.datetime.fromtimestamp(state.started, dt.UTC).isoformat(),
         "duration_s": round(time.time() - state.started, 3),
         "exit_status": exit_status,
         "tiers": tiers,
@@ -749,16 +790,16 @@ def write_json_report(path: Path, state: HarnessState, exit_status: int, *, fing
             "entries": len(state.quarantine),
             "problems": state.quarantine_problems,
         },
-        "goldens": [
-            {"nodeid": n, "action": a, "name": g} for n, a, g in state.golden_events
-        ],
+        "goldens": [{"nodeid": n, "action": a, "name": g} for n, a, g in state.golden_events],
         "environment": environment,
         "tests": [
             {
                 **dataclasses.asdict(r),
                 "duration_s": round(r.duration_s, 4),
                 "over_budget": r.nodeid in over,
-                "repro": repro_command(state, r.nodeid) if r.outcome in ("failed", "error", "quarantined") else None,
+                "repro": repro_command(state, r.nodeid)
+                if r.outcome in ("failed", "error", "quarantined")
+                else None,
             }
             for r in state.records.values()
         ],

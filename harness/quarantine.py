@@ -90,7 +90,8 @@ DEFAULT_HEADER = """\
 # tomllib (Python < 3.14) gives the position only inside the message.
 _TOML_POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
 _QUARANTINE_HEADER = re.compile(
-    r"""^\s*\[\[\s*(?:quarantine|"quarantine"|'quarantine')\s*\]\]\s*(?:#.*)?$""")
+    r"""^\s*\[\[\s*(?:quarantine|"quarantine"|'quarantine')\s*\]\]\s*(?:#.*)?$"""
+)
 _ANY_TABLE_HEADER = re.compile(r"^\s*\[")
 # A pytest node id: a relative path to a .py file, then ::-separated Python names (a class, a
 # test function), then optionally one "[param]" suffix.
@@ -202,13 +203,19 @@ def add(
     if expires is None:
         if not 1 <= days <= MAX_DAYS:
             raise QuarantineError(
-                path, 0, f"days must be between 1 and {MAX_DAYS}, got {days}; a quarantine is "
-                f"short-term (MAX_DAYS = {MAX_DAYS}): fix the test instead of parking it longer")
+                path,
+                0,
+                f"days must be between 1 and {MAX_DAYS}, got {days}; a quarantine is "
+                f"short-term (MAX_DAYS = {MAX_DAYS}): fix the test instead of parking it longer",
+            )
         expires = today + datetime.timedelta(days=days)
     elif expires < today:
         raise QuarantineError(
-            path, 0, f"expires ({expires}) is in the past (today is {today}); give a date "
-            f"from today to {today + datetime.timedelta(days=MAX_DAYS)}")
+            path,
+            0,
+            f"expires ({expires}) is in the past (today is {today}); give a date "
+            f"from today to {today + datetime.timedelta(days=MAX_DAYS)}",
+        )
 
     values = {"test": test, "reason": reason, "issue": issue, "added": today, "expires": expires}
     problem = _first_problem(values)
@@ -217,12 +224,18 @@ def add(
     for entry in entries:
         if entry.test == test:
             raise QuarantineError(
-                path, entry.line, f"{test!r} is already quarantined (until {entry.expires}); "
-                "edit that entry in a reviewed change, or remove it first")
+                path,
+                entry.line,
+                f"{test!r} is already quarantined (until {entry.expires}); "
+                "edit that entry in a reviewed change, or remove it first",
+            )
         if entry.matches(test):
             raise QuarantineError(
-                path, entry.line, f"{test!r} is already quarantined by {entry.test!r}, which "
-                "covers every parametrization; nothing to add")
+                path,
+                entry.line,
+                f"{test!r} is already quarantined by {entry.test!r}, which "
+                "covers every parametrization; nothing to add",
+            )
 
     # A new or blank file gets the header that explains the format and the policy.
     base = text if text is not None and text.strip() else DEFAULT_HEADER
@@ -268,8 +281,11 @@ def _decode(path: Path, raw: bytes) -> str:
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise QuarantineError(
-            path, line, f"not UTF-8 (byte {raw[error.start]:#04x}); TOML files are UTF-8: "
-            "re-save the file as UTF-8") from None
+            path,
+            line,
+            f"not UTF-8 (byte {raw[error.start]:#04x}); TOML files are UTF-8: "
+            "re-save the file as UTF-8",
+        ) from None
 
 
 def _parse(path: Path, text: str) -> list[Entry]:
@@ -291,8 +307,11 @@ def _parse(path: Path, text: str) -> list[Entry]:
     for key in data:
         if key != "quarantine":
             raise QuarantineError(
-                path, _top_level_line(lines, key), f"unknown top-level key {key!r}; the file "
-                "holds only [[quarantine]] entries: remove it or move it into an entry")
+                path,
+                _top_level_line(lines, key),
+                f"unknown top-level key {key!r}; the file "
+                "holds only [[quarantine]] entries: remove it or move it into an entry",
+            )
     if "quarantine" not in data:
         return []
 
@@ -305,9 +324,12 @@ def _parse(path: Path, text: str) -> list[Entry]:
         or len(headers) != len(raw_entries)
     ):
         raise QuarantineError(
-            path, _top_level_line(lines, "quarantine"), "quarantine must be written as "
+            path,
+            _top_level_line(lines, "quarantine"),
+            "quarantine must be written as "
             "[[quarantine]] tables (double brackets), one per entry, not as "
-            f"{_toml_type(raw_entries)}; put a [[quarantine]] line above each entry's keys")
+            f"{_toml_type(raw_entries)}; put a [[quarantine]] line above each entry's keys",
+        )
 
     entries: list[Entry] = []
     seen: dict[str, int] = {}
@@ -323,13 +345,19 @@ def _parse(path: Path, text: str) -> list[Entry]:
                 close = difflib.get_close_matches(key, KEYS, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 raise QuarantineError(
-                    path, key_line(key), f"unknown key {key!r} in quarantine entry "
-                    f"{index + 1}; {hint}the keys are {', '.join(KEYS)}")
+                    path,
+                    key_line(key),
+                    f"unknown key {key!r} in quarantine entry "
+                    f"{index + 1}; {hint}the keys are {', '.join(KEYS)}",
+                )
         missing = [key for key in KEYS if key not in raw]
         if missing:
             raise QuarantineError(
-                path, header_line, f"quarantine entry {index + 1} is missing "
-                f"{', '.join(map(repr, missing))}; every entry needs {', '.join(KEYS)}")
+                path,
+                header_line,
+                f"quarantine entry {index + 1} is missing "
+                f"{', '.join(map(repr, missing))}; every entry needs {', '.join(KEYS)}",
+            )
         problem = _first_problem(raw)
         if problem is not None:
             key, message = problem
@@ -338,8 +366,11 @@ def _parse(path: Path, text: str) -> list[Entry]:
         test = raw["test"]
         if test in seen:
             raise QuarantineError(
-                path, header_line, f"{test!r} is quarantined twice (lines {seen[test]} and "
-                f"{header_line}); keep one entry")
+                path,
+                header_line,
+                f"{test!r} is quarantined twice (lines {seen[test]} and "
+                f"{header_line}); keep one entry",
+            )
         seen[test] = header_line
         entries.append(Entry(**raw, line=header_line))
     return entries
@@ -350,8 +381,9 @@ def _first_problem(values: dict) -> tuple[str, str] | None:
     for key in ("test", "reason", "issue"):
         value = values[key]
         if not isinstance(value, str):
-            return key, (f"{key} must be a string, got {_toml_type(value)} {value!r}; "
-                         f'write {key} = "..."')
+            return key, (
+                f'{key} must be a string, got {_toml_type(value)} {value!r}; write {key} = "..."'
+            )
     for key in ("added", "expires"):
         value = values[key]
         problem = _date_problem(key, value)
@@ -362,33 +394,43 @@ def _first_problem(values: dict) -> tuple[str, str] | None:
     if not _NODE_ID.match(test):
         return "test", (
             f"test must be a pytest node id like {_NODE_ID_EXAMPLE!r}, got {test!r}; copy it "
-            "from pytest's output (`pytest --collect-only -q`), relative to the repo root")
+            "from pytest's output (`pytest --collect-only -q`), relative to the repo root"
+        )
     if not reason.strip():
-        return "reason", ("reason is empty; say how the test fails and how often, e.g. "
-                          "'fails about 1 in 50 on the GPU runner'")
+        return "reason", (
+            "reason is empty; say how the test fails and how often, e.g. "
+            "'fails about 1 in 50 on the GPU runner'"
+        )
     url = urlsplit(issue)
     if url.scheme not in ("http", "https") or not url.netloc or any(c.isspace() for c in issue):
-        return "issue", (f"issue must be the http(s) URL of the issue tracking the fix, got "
-                         f"{issue!r}; e.g. {_ISSUE_EXAMPLE}")
+        return "issue", (
+            f"issue must be the http(s) URL of the issue tracking the fix, got "
+            f"{issue!r}; e.g. {_ISSUE_EXAMPLE}"
+        )
 
     added, expires = values["added"], values["expires"]
     if expires < added:
-        return "expires", (f"expires ({expires}) is before added ({added}); set expires to a "
-                           f"date from {added} to {added + datetime.timedelta(days=MAX_DAYS)}")
+        return "expires", (
+            f"expires ({expires}) is before added ({added}); set expires to a "
+            f"date from {added} to {added + datetime.timedelta(days=MAX_DAYS)}"
+        )
     length = (expires - added).days
     if length > MAX_DAYS:
         return "expires", (
             f"expires ({expires}) is {length} days after added ({added}); a quarantine lasts "
             f"at most {MAX_DAYS} days: fix the test, or renew the entry with added = today "
-            "and a reason that says why it is still flaky")
+            "and a reason that says why it is still flaky"
+        )
     return None
 
 
 def _date_problem(key: str, value: object) -> str | None:
     # datetime.datetime is a subclass of datetime.date: test it first.
     if isinstance(value, datetime.datetime):
-        return (f"{key} must be a date, got the date-time {value.isoformat()}; "
-                f"write {key} = {value.date().isoformat()}")
+        return (
+            f"{key} must be a date, got the date-time {value.isoformat()}; "
+            f"write {key} = {value.date().isoformat()}"
+        )
     if isinstance(value, datetime.date):
         return None
     if isinstance(value, str):
@@ -396,10 +438,14 @@ def _date_problem(key: str, value: object) -> str | None:
             example = datetime.date.fromisoformat(value.strip()).isoformat()
         except ValueError:
             example = "2026-12-31"
-        return (f"{key} must be a TOML date, got the string {value!r}; "
-                f"write {key} = {example} without quotes")
-    return (f"{key} must be a TOML date, got {_toml_type(value)} {value!r}; "
-            f"write {key} = 2026-12-31 without quotes")
+        return (
+            f"{key} must be a TOML date, got the string {value!r}; "
+            f"write {key} = {example} without quotes"
+        )
+    return (
+        f"{key} must be a TOML date, got {_toml_type(value)} {value!r}; "
+        f"write {key} = 2026-12-31 without quotes"
+    )
 
 
 def _toml_type(value: object) -> str:
@@ -437,8 +483,9 @@ def _key_line(lines: list[str], key: str, start: int, end: int) -> int | None:
 def _top_level_line(lines: list[str], key: str) -> int:
     """1-based line where a top-level key is defined: ``key = ...`` before the first table
     header, or a ``[key...]``/``[[key...]]`` header; 1 when it cannot be found."""
-    first_table = next((n for n, line in enumerate(lines) if _ANY_TABLE_HEADER.match(line)),
-                       len(lines))
+    first_table = next(
+        (n for n, line in enumerate(lines) if _ANY_TABLE_HEADER.match(line)), len(lines)
+    )
     found = _key_line(lines, key, 0, first_table)
     if found:
         return found
@@ -463,8 +510,10 @@ def _not_found(test: str, entries: list[Entry], *, exists: bool) -> str:
         return f"no entry for {test!r}: the file does not exist"
     covering = find(entries, test)
     if covering is not None:
-        return (f"no entry for exactly {test!r}; it is quarantined by {covering.test!r} "
-                f"(line {covering.line}), which covers every parametrization: remove that")
+        return (
+            f"no entry for exactly {test!r}; it is quarantined by {covering.test!r} "
+            f"(line {covering.line}), which covers every parametrization: remove that"
+        )
     if not entries:
         return f"no entry for {test!r}: the quarantine is empty"
     # Node ids share long path prefixes: difflib's default cutoff (0.6) would suggest
@@ -472,8 +521,9 @@ def _not_found(test: str, entries: list[Entry], *, exists: bool) -> str:
     close = difflib.get_close_matches(test, [entry.test for entry in entries], n=3, cutoff=0.8)
     if close:
         return f"no entry for {test!r}; did you mean {' or '.join(map(repr, close))}?"
-    return (f"no entry for {test!r} among {len(entries)} entries; "
-            "`harness quarantine list` shows them")
+    return (
+        f"no entry for {test!r} among {len(entries)} entries; `harness quarantine list` shows them"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,8 +569,7 @@ def _join(preamble: list[str], blocks: list[list[str]]) -> str:
 
 
 def _render(values: dict) -> list[str]:
-    return ["[[quarantine]]"] + [f"{key} = {tomlkit.item(values[key]).as_string()}"
-                                 for key in KEYS]
+    return ["[[quarantine]]"] + [f"{key} = {tomlkit.item(values[key]).as_string()}" for key in KEYS]
 
 
 def _insert_block(text: str, block: list[str]) -> str:
@@ -543,8 +592,12 @@ def _write_validated(path: Path, text: str) -> list[Entry]:
     try:
         entries = _parse(path, text)
     except QuarantineError as error:  # pragma: no cover - a bug in the editing above
-        raise QuarantineError(path, 0, f"refusing to write an invalid file ({error.problem}); "
-                              "the file is unchanged: please report this bug") from error
+        raise QuarantineError(
+            path,
+            0,
+            f"refusing to write an invalid file ({error.problem}); "
+            "the file is unchanged: please report this bug",
+        ) from error
 
     try:
         mode = path.stat().st_mode & 0o777
@@ -553,8 +606,14 @@ def _write_validated(path: Path, text: str) -> list[Entry]:
         os.umask(umask)
         mode = 0o666 & ~umask
     handle = tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", newline="\n", dir=path.parent, prefix=f".{path.name}.",
-        suffix=".tmp", delete=False)
+        "w",
+        encoding="utf-8",
+        newline="\n",
+        dir=path.parent,
+        prefix=f".{path.name}.",
+        suffix=".tmp",
+        delete=False,
+    )
     try:
         with handle:
             handle.write(text)

@@ -70,7 +70,9 @@ def _passed(report: Mapping[str, Any]) -> bool:
 def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run") -> str:
     """A GitHub-flavoured markdown summary: verdict, seed, per-tier table, then details."""
     tests = report.get("tests", [])
-    verdict = "✅ passed" if _passed(report) else f"❌ failed (exit status {report.get('exit_status')})"
+    verdict = (
+        "✅ passed" if _passed(report) else f"❌ failed (exit status {report.get('exit_status')})"
+    )
     if report.get("exit_status") == 5:
         verdict = "❌ no tests ran (exit status 5)"
     selected = [n for n, t in report.get("tiers", {}).items() if t.get("selected")]
@@ -85,7 +87,11 @@ def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run")
         "",
     ]
     counts = tier_counts(report)
-    shown = [o for o in OUTCOMES if o in ("passed", "failed", "skipped", "quarantined") or any(c[o] for c in counts.values())]
+    shown = [
+        o
+        for o in OUTCOMES
+        if o in ("passed", "failed", "skipped", "quarantined") or any(c[o] for c in counts.values())
+    ]
     lines.append("| tier | " + " | ".join(shown) + " |")
     lines.append("|---" * (len(shown) + 1) + "|")
     for tier, counter in counts.items():
@@ -124,9 +130,7 @@ def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run")
         lines += ["### Quarantine problems (these fail the run)", ""]
         lines += [f"- {_one_line(p, 400)}" for p in problems]
         lines.append("")
-    skips = Counter(
-        _one_line(t.get("message")) for t in tests if t["outcome"] == "skipped"
-    )
+    skips = Counter(_one_line(t.get("message")) for t in tests if t["outcome"] == "skipped")
     if skips:
         lines += ["### Skipped", ""]
         for reason, n in skips.most_common():
@@ -137,15 +141,25 @@ def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run")
         lines += ["### Over their tier's time budget (reported, not gating)", ""]
         budgets = {n: t.get("budget_s") for n, t in report.get("tiers", {}).items()}
         for t in sorted(over, key=lambda t: -t["duration_s"]):
-            lines.append(f"- {_code(t['nodeid'])}: {t['duration_s']:.2f} s > {budgets.get(t.get('tier'))} s")
+            lines.append(
+                f"- {_code(t['nodeid'])}: {t['duration_s']:.2f} s > {budgets.get(t.get('tier'))} s"
+            )
         lines.append("")
     if report.get("goldens"):
         lines += ["### Goldens written (review and commit)", ""]
-        lines += [f"- {g['action']} {_code(g['name'])} for {_code(g['nodeid'])}" for g in report["goldens"]]
+        lines += [
+            f"- {g['action']} {_code(g['name'])} for {_code(g['nodeid'])}"
+            for g in report["goldens"]
+        ]
         lines.append("")
     env = report.get("environment") or {}
     if env:
-        lines += ["<details><summary>Environment fingerprint</summary>", "", "| key | value |", "|---|---|"]
+        lines += [
+            "<details><summary>Environment fingerprint</summary>",
+            "",
+            "| key | value |",
+            "|---|---|",
+        ]
         lines += [f"| {k} | {_one_line(str(v), 120)} |" for k, v in env.items()]
         lines += ["", "</details>", ""]
     return "\n".join(lines)

@@ -30,8 +30,8 @@ import importlib.util
 import os
 import shutil
 import sys
-from pathlib import Path
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -71,7 +71,9 @@ class Tier:
         for need in self.needs:
             _parse_need(need)  # raises on a malformed need
         if self.budget_s is not None and not self.budget_s > 0:
-            raise TierConfigError(f"tier {self.name!r}: budget_s must be > 0, got {self.budget_s!r}")
+            raise TierConfigError(
+                f"tier {self.name!r}: budget_s must be > 0, got {self.budget_s!r}"
+            )
 
 
 def load_tiers(overrides: Mapping[str, Any] | None) -> dict[str, Tier]:
@@ -104,7 +106,9 @@ def load_tiers(overrides: Mapping[str, Any] | None) -> dict[str, Tier]:
         if "needs" in table:
             needs = table["needs"]
             if isinstance(needs, str) or not isinstance(needs, Iterable):
-                raise TierConfigError(f"[tool.harness.tiers.{name}] needs must be a list of strings")
+                raise TierConfigError(
+                    f"[tool.harness.tiers.{name}] needs must be a list of strings"
+                )
             values["needs"] = tuple(needs)
         tiers[name] = Tier(name=name, **values)
     return tiers
@@ -136,7 +140,10 @@ def _cuda_device_count() -> tuple[int, str]:
     import torch
 
     if not torch.cuda.is_available():
-        return 0, f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
+        return (
+            0,
+            f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)",
+        )
     return torch.cuda.device_count(), ""
 
 
@@ -156,7 +163,9 @@ def check_need(need: str) -> str | None:
             found = importlib.util.find_spec(arg) is not None
         except ModuleNotFoundError:  # a parent package is missing
             found = False
-        return None if found else f"needs {need}: module {arg!r} is not importable by {sys.executable}"
+        return (
+            None if found else f"needs {need}: module {arg!r} is not importable by {sys.executable}"
+        )
     if kind == "exe":
         beside_python = Path(sys.executable).parent
         found = shutil.which(arg) or shutil.which(arg, path=str(beside_python))

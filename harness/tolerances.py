@@ -212,23 +212,43 @@ def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) ->
         missing = [k for k in expected if k not in actual]
         extra = [k for k in actual if k not in expected]
         if missing or extra:
-            _fail([f"dict keys differ: missing from actual {missing}, not expected {extra}"],
-                  path, msg)
+            _fail(
+                [f"dict keys differ: missing from actual {missing}, not expected {extra}"],
+                path,
+                msg,
+            )
         for key in expected:
-            _compare(actual[key], expected[key], f"{path}[{key!r}]",
-                     rtol, atol, equal_nan, check_dtype, msg)
+            _compare(
+                actual[key],
+                expected[key],
+                f"{path}[{key!r}]",
+                rtol,
+                atol,
+                equal_nan,
+                check_dtype,
+                msg,
+            )
         return
     if kind_a == "sequence":
         if len(actual) != len(expected):
-            _fail([f"length mismatch: actual has {len(actual)} items, expected {len(expected)}"],
-                  path, msg)
+            _fail(
+                [f"length mismatch: actual has {len(actual)} items, expected {len(expected)}"],
+                path,
+                msg,
+            )
         for i, (a, e) in enumerate(zip(actual, expected)):
             _compare(a, e, f"{path}[{i}]", rtol, atol, equal_nan, check_dtype, msg)
         return
     if _tensors_all_close(actual, expected, rtol, atol, equal_nan, check_dtype):
         return
-    lines = _compare_leaves(_to_leaf(actual, path), _to_leaf(expected, expected_path),
-                            rtol, atol, equal_nan, check_dtype)
+    lines = _compare_leaves(
+        _to_leaf(actual, path),
+        _to_leaf(expected, expected_path),
+        rtol,
+        atol,
+        equal_nan,
+        check_dtype,
+    )
     if lines:
         _fail(lines, path, msg)
 
@@ -242,8 +262,9 @@ def _kind(x, path: str) -> str:
         return "mapping"
     if isinstance(x, (list, tuple)):
         return "sequence"
-    raise TypeError(f"assert_close does not support {_type_name(x)} (at {path}); "
-                    f"it compares {_SUPPORTED}")
+    raise TypeError(
+        f"assert_close does not support {_type_name(x)} (at {path}); it compares {_SUPPORTED}"
+    )
 
 
 def _fail(lines: list[str], path: str, msg: str | None) -> NoReturn:
@@ -276,8 +297,9 @@ def _torch_tensor_type():
 
 def _is_leaf(x) -> bool:
     tensor = _torch_tensor_type()
-    return (isinstance(x, (np.ndarray, np.generic, bool, int, float, complex))
-            or (tensor is not None and isinstance(x, tensor)))
+    return isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)) or (
+        tensor is not None and isinstance(x, tensor)
+    )
 
 
 def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
@@ -291,8 +313,10 @@ def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
         try:
             return np.asarray(x, dtype=np.int64), "int64"
         except OverflowError:
-            raise ValueError(f"the Python int {x} (at {path}) does not fit in int64; "
-                             f"compare it as a float or an int64 array") from None
+            raise ValueError(
+                f"the Python int {x} (at {path}) does not fit in int64; "
+                f"compare it as a float or an int64 array"
+            ) from None
     if isinstance(x, float):
         return np.asarray(x, dtype=np.float64), "float64"
     if isinstance(x, complex):
@@ -303,8 +327,9 @@ def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
             return arr, arr.dtype.name
         if arr.dtype.name in DEFAULT_TOLERANCES:  # ml_dtypes' bfloat16/float8 arrays
             return arr.astype(np.float64), arr.dtype.name
-        raise TypeError(f"assert_close does not support numpy arrays of dtype {arr.dtype} "
-                        f"(at {path})")
+        raise TypeError(
+            f"assert_close does not support numpy arrays of dtype {arr.dtype} (at {path})"
+        )
     raise TypeError(f"expected a tensor, array or number, got {_type_name(x)} (at {path})")
 
 
@@ -322,8 +347,9 @@ def _tensor_to_numpy(t, path: str) -> tuple[np.ndarray, str]:
     try:
         return t.numpy(), name
     except (TypeError, RuntimeError) as err:
-        raise TypeError(f"assert_close does not support tensors of dtype {name} (at {path}): "
-                        f"{err}") from None
+        raise TypeError(
+            f"assert_close does not support tensors of dtype {name} (at {path}): {err}"
+        ) from None
 
 
 def _as_inexact(values: np.ndarray) -> np.ndarray:
@@ -358,8 +384,14 @@ def _tensors_all_close(a, e, rtol, atol, equal_nan, check_dtype) -> bool:
         return False
     import torch
 
-    if (a.layout != torch.strided or e.layout != torch.strided or a.device != e.device
-            or a.shape != e.shape or a.is_complex() or e.is_complex()):
+    if (
+        a.layout != torch.strided
+        or e.layout != torch.strided
+        or a.device != e.device
+        or a.shape != e.shape
+        or a.is_complex()
+        or e.is_complex()
+    ):
         return False
     a_dtype, e_dtype = (str(t.dtype).removeprefix("torch.") for t in (a, e))
     if check_dtype and a_dtype != e_dtype:
@@ -379,8 +411,10 @@ def _compare_leaves(a, e, rtol, atol, equal_nan, check_dtype) -> list[str] | Non
     if av.shape != ev.shape:  # never broadcast: (3,) against (1, 3) is a bug worth seeing
         return [f"shape mismatch: actual {av.shape}, expected {ev.shape}"]
     if check_dtype and a_dtype != e_dtype:
-        return [f"dtype mismatch: actual {a_dtype}, expected {e_dtype} "
-                f"(pass check_dtype=False to compare values only)"]
+        return [
+            f"dtype mismatch: actual {a_dtype}, expected {e_dtype} "
+            f"(pass check_dtype=False to compare values only)"
+        ]
     rtol, atol, source = _tolerances(a_dtype, e_dtype, rtol, atol)
 
     integral = av.dtype.kind in "biu" and ev.dtype.kind in "biu"
@@ -411,8 +445,10 @@ def _tolerances(a_dtype: str, e_dtype: str, rtol, atol) -> tuple[float, float, s
         return rtol, atol, "given"
     for name in (a_dtype, e_dtype):
         if name not in DEFAULT_TOLERANCES:
-            raise ValueError(f"no default tolerance for dtype {name}: pass rtol= and atol= "
-                             f"(defaults exist for {', '.join(DEFAULT_TOLERANCES)})")
+            raise ValueError(
+                f"no default tolerance for dtype {name}: pass rtol= and atol= "
+                f"(defaults exist for {', '.join(DEFAULT_TOLERANCES)})"
+            )
     if a_dtype == e_dtype:
         return (*DEFAULT_TOLERANCES[a_dtype], f"default for {a_dtype}")
     (ra, aa), (re, ae) = DEFAULT_TOLERANCES[a_dtype], DEFAULT_TOLERANCES[e_dtype]
@@ -468,18 +504,23 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
     i_abs, i_rel = worst(abs_diff), worst(rel_diff)
     if a.ndim == 0:
         a_item, e_item = a.item(), e.item()
-        return [f"Expected {e_item!r} but got {a_item!r}.",
-                f"Absolute difference: {value('absolute', i_abs)!r} (up to {atol!r} allowed)",
-                f"Relative difference: {value('relative', i_rel)!r} (up to {rtol!r} allowed)"]
+        return [
+            f"Expected {e_item!r} but got {a_item!r}.",
+            f"Absolute difference: {value('absolute', i_abs)!r} (up to {atol!r} allowed)",
+            f"Relative difference: {value('relative', i_rel)!r} (up to {rtol!r} allowed)",
+        ]
+
     def at(idx) -> str:
         return "" if idx is None else f" at index {tuple(int(i) for i in idx)}"
 
     n_bad, n = int(bad.sum()), bad.size
-    return [f"Mismatched elements: {n_bad} / {n} ({n_bad / n:.1%})",
-            f"Greatest absolute difference: {value('absolute', i_abs)!r}{at(i_abs)} "
-            f"(up to {atol!r} allowed)",
-            f"Greatest relative difference: {value('relative', i_rel)!r}{at(i_rel)} "
-            f"(up to {rtol!r} allowed)"]
+    return [
+        f"Mismatched elements: {n_bad} / {n} ({n_bad / n:.1%})",
+        f"Greatest absolute difference: {value('absolute', i_abs)!r}{at(i_abs)} "
+        f"(up to {atol!r} allowed)",
+        f"Greatest relative difference: {value('relative', i_rel)!r}{at(i_rel)} "
+        f"(up to {rtol!r} allowed)",
+    ]
 
 
 def _special_value_lines(a, e, bad, equal_nan) -> list[str]:
@@ -490,6 +531,7 @@ def _special_value_lines(a, e, bad, equal_nan) -> list[str]:
             lines.append(f"{label} in mismatched elements: {in_a} in actual, {in_e} in expected")
     both_nan = int((bad & np.isnan(a) & np.isnan(e)).sum())
     if both_nan and not equal_nan:
-        lines.append(f"{both_nan} of them are NaN on both sides: "
-                     f"pass equal_nan=True if NaN should match NaN")
+        lines.append(
+            f"{both_nan} of them are NaN on both sides: pass equal_nan=True if NaN should match NaN"
+        )
     return lines

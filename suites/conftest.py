@@ -40,7 +40,15 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Calla
     monkeypatch.delenv("HARNESS_SEED", raising=False)
     monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
     # hypothesis detects CI by these too and would then change its own defaults.
-    for var in ("GITHUB_ACTIONS", "TF_BUILD", "BUILDKITE", "CIRCLECI", "CODEBUILD_BUILD_ID", "GITLAB_CI", "JENKINS_URL"):
+    for var in (
+        "GITHUB_ACTIONS",
+        "TF_BUILD",
+        "BUILDKITE",
+        "CIRCLECI",
+        "CODEBUILD_BUILD_ID",
+        "GITLAB_CI",
+        "JENKINS_URL",
+    ):
         monkeypatch.delenv(var, raising=False)
 
     def write(files: dict[str, str]) -> Path:
@@ -69,8 +77,13 @@ def _restore_hypothesis_profile():
     hypothesis.core.global_force_seed = forced
 
 
-def _quarantine_entry(test: str, *, added: dt.date | None = None, expires: dt.date | None = None,
-                      reason: str = "fails about 1 in 50 on the GPU runner") -> str:
+def _quarantine_entry(
+    test: str,
+    *,
+    added: dt.date | None = None,
+    expires: dt.date | None = None,
+    reason: str = "fails about 1 in 50 on the GPU runner",
+) -> str:
     added = added or dt.date.today()
     expires = expires or added + dt.timedelta(days=30)
     return (

@@ -11,8 +11,6 @@ from harness import artifacts as lib
 from harness.cli.errors import UsageProblem
 
 
-
-
 @click.group(name="artifacts")
 def artifacts() -> None:
     """Validate what runs produce (checkpoints, .npz arrays, JSON, JSON-lines metrics logs)

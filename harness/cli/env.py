@@ -13,8 +13,6 @@ from harness import environment
 from harness.cli.errors import UsageProblem
 
 
-
-
 @click.group(name="env")
 def env() -> None:
     """Check the environment against the lock file and describe the machine.

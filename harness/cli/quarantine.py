@@ -20,11 +20,14 @@ EXIT_EXPIRED = 1  # `list`: at least one entry has expired
 EXIT_REFUSED = 2  # the file is malformed or the edit was refused; nothing was written
 
 
-
-
 _file_option = click.option(
-    "--file", "file", type=click.Path(dir_okay=False, path_type=Path), default=q.FILENAME,
-    show_default=True, help="The quarantine file.")
+    "--file",
+    "file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=q.FILENAME,
+    show_default=True,
+    help="The quarantine file.",
+)
 
 
 @click.group(name="quarantine")
@@ -47,8 +50,12 @@ def quarantine() -> None:
 
 @quarantine.command(name="list")
 @_file_option
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the entries as a JSON list (with days_left and expired) instead.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the entries as a JSON list (with days_left and expired) instead.",
+)
 def list_(file: Path, as_json: bool) -> None:
     """Show every quarantined test, its reason, issue and how many days it has left.
 
@@ -77,9 +84,12 @@ def list_(file: Path, as_json: bool) -> None:
         click.echo()
         summary = f"{len(entries)} quarantined test{'s' if len(entries) != 1 else ''} in {file}"
         if expired:
-            click.secho(f"{summary}, {len(expired)} expired: fix each and run `harness "
-                        "quarantine remove TEST`, or renew it in a reviewed change.",
-                        fg="red", bold=True)
+            click.secho(
+                f"{summary}, {len(expired)} expired: fix each and run `harness "
+                "quarantine remove TEST`, or renew it in a reviewed change.",
+                fg="red",
+                bold=True,
+            )
         else:
             click.echo(f"{summary}; none expired.")
     if expired:
@@ -88,21 +98,37 @@ def list_(file: Path, as_json: bool) -> None:
 
 @quarantine.command()
 @click.argument("test")
-@click.option("--reason", required=True,
-              help="How the test fails and how often, e.g. 'fails about 1 in 50 on the GPU "
-                   "runner'.")
-@click.option("--issue", required=True, metavar="URL",
-              help="http(s) link to the issue that tracks the fix.")
-@click.option("--days", type=click.IntRange(1, q.MAX_DAYS), default=None,
-              help=f"Quarantine for this many days from today [default: {q.DEFAULT_DAYS}; "
-                   f"at most {q.MAX_DAYS}].")
-@click.option("--expires", type=click.DateTime(formats=["%Y-%m-%d"]), default=None,
-              metavar="YYYY-MM-DD",
-              help=f"Last day of the quarantine instead of --days (at most {q.MAX_DAYS} days "
-                   "from today).")
+@click.option(
+    "--reason",
+    required=True,
+    help="How the test fails and how often, e.g. 'fails about 1 in 50 on the GPU runner'.",
+)
+@click.option(
+    "--issue", required=True, metavar="URL", help="http(s) link to the issue that tracks the fix."
+)
+@click.option(
+    "--days",
+    type=click.IntRange(1, q.MAX_DAYS),
+    default=None,
+    help=f"Quarantine for this many days from today [default: {q.DEFAULT_DAYS}; "
+    f"at most {q.MAX_DAYS}].",
+)
+@click.option(
+    "--expires",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    default=None,
+    metavar="YYYY-MM-DD",
+    help=f"Last day of the quarantine instead of --days (at most {q.MAX_DAYS} days from today).",
+)
 @_file_option
-def add(test: str, reason: str, issue: str, days: int | None,
-        expires: datetime.datetime | None, file: Path) -> None:
+def add(
+    test: str,
+    reason: str,
+    issue: str,
+    days: int | None,
+    expires: datetime.datetime | None,
+    file: Path,
+) -> None:
     """Quarantine TEST, a pytest node id as pytest prints it.
 
     Without a [param] suffix the entry covers every parametrization of the test. The entry
@@ -121,14 +147,20 @@ def add(test: str, reason: str, issue: str, days: int | None,
     if days is not None and expires is not None:
         raise click.UsageError("give --days or --expires, not both")
     try:
-        entry = q.add(file, test, reason=reason, issue=issue,
-                      expires=expires.date() if expires else None,
-                      days=days if days is not None else q.DEFAULT_DAYS)
+        entry = q.add(
+            file,
+            test,
+            reason=reason,
+            issue=issue,
+            expires=expires.date() if expires else None,
+            days=days if days is not None else q.DEFAULT_DAYS,
+        )
     except (q.QuarantineError, OSError) as error:
         raise UsageProblem(str(error)) from None
     left = entry.days_left(datetime.date.today())
-    click.echo(f"Quarantined {entry.test} until {entry.expires} ({left} days) "
-               f"at {file}:{entry.line}.")
+    click.echo(
+        f"Quarantined {entry.test} until {entry.expires} ({left} days) at {file}:{entry.line}."
+    )
     click.echo("It still runs; its failures are reported but no longer fail the gate.")
 
 
@@ -149,8 +181,9 @@ def remove(test: str, file: Path) -> None:
         entry = q.remove(file, test)
     except (q.QuarantineError, OSError) as error:
         raise UsageProblem(str(error)) from None
-    click.echo(f"Removed {entry.test} from {file} (quarantined since {entry.added}: "
-               f"{entry.reason}).")
+    click.echo(
+        f"Removed {entry.test} from {file} (quarantined since {entry.added}: {entry.reason})."
+    )
 
 
 def _load(file: Path) -> list[q.Entry]:
@@ -179,8 +212,16 @@ def _print_table(entries: list[q.Entry], today: datetime.date) -> None:
     for entry in entries:
         left = entry.days_left(today)
         days = f"EXPIRED {-left}d ago" if left < 0 else str(left)
-        rows.append((entry.test, days, entry.expires.isoformat(), entry.added.isoformat(),
-                     entry.issue, entry.reason))
+        rows.append(
+            (
+                entry.test,
+                days,
+                entry.expires.isoformat(),
+                entry.added.isoformat(),
+                entry.issue,
+                entry.reason,
+            )
+        )
     # The reason is last and unpadded: it is the one free-text column.
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(5)]
 

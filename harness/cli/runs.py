@@ -53,7 +53,9 @@ def run_suites(
     json_path = report_dir / "report.json"
     json_path.unlink(missing_ok=True)  # a stale report must never be read as this run's
     cmd = [
-        sys.executable, "-m", "pytest",
+        sys.executable,
+        "-m",
+        "pytest",
         f"--junitxml={report_dir / 'junit.xml'}",
         f"--harness-json={json_path}",
     ]
@@ -79,12 +81,16 @@ def run_suites(
             _report.append_step_summary(message)
         return RunOutcome(code or 1, None, message, report_dir)
     data = _report.load(json_path)
-    markdown = _report.render_markdown(data, title=title or f"ml-harness run ({', '.join(tiers) or 'all tiers'})")
+    markdown = _report.render_markdown(
+        data, title=title or f"ml-harness run ({', '.join(tiers) or 'all tiers'})"
+    )
     (report_dir / "summary.md").write_text(markdown + "\n")
     if step_summary:
         _report.append_step_summary(markdown)
     if code == 5:
-        console.print("[red bold]pytest collected no tests (exit 5): a run that ran nothing fails[/]")
+        console.print(
+            "[red bold]pytest collected no tests (exit 5): a run that ran nothing fails[/]"
+        )
     return RunOutcome(code, data, markdown, report_dir)
 
 
@@ -107,13 +113,29 @@ Examples:
   harness run -- -k quarantine -x              # anything after -- goes to pytest
 """,
 )
-@click.option("--tier", "tiers", metavar="TIER[,TIER]", help="Tiers to run (folders under suites/). Default: every tier.")
-@click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True,
-              help="Where junit.xml, report.json and summary.md are written.")
+@click.option(
+    "--tier",
+    "tiers",
+    metavar="TIER[,TIER]",
+    help="Tiers to run (folders under suites/). Default: every tier.",
+)
+@click.option(
+    "--report-dir",
+    type=click.Path(path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+    help="Where junit.xml, report.json and summary.md are written.",
+)
 @click.option("--seed", metavar="N|last", help="Base seed of the run (default: random, printed).")
-@click.option("--deterministic", type=click.Choice(["auto", "on", "off"]), default=None,
-              help="Deterministic torch mode (default: auto, on under $CI).")
-@click.option("--update-goldens", is_flag=True, help="Record golden values instead of comparing them.")
+@click.option(
+    "--deterministic",
+    type=click.Choice(["auto", "on", "off"]),
+    default=None,
+    help="Deterministic torch mode (default: auto, on under $CI).",
+)
+@click.option(
+    "--update-goldens", is_flag=True, help="Record golden values instead of comparing them."
+)
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def run_command(tiers, report_dir, seed, deterministic, update_goldens, pytest_args) -> None:
     """Run the suites and write JUnit XML, a JSON report and a markdown summary.
@@ -124,8 +146,12 @@ def run_command(tiers, report_dir, seed, deterministic, update_goldens, pytest_a
     (quarantined failures do not gate), 1 failures or quarantine problems, 5 nothing ran.
     """
     outcome = run_suites(
-        _tier_list(tiers), report_dir, seed=seed, deterministic=deterministic,
-        update_goldens=update_goldens, pytest_args=pytest_args,
+        _tier_list(tiers),
+        report_dir,
+        seed=seed,
+        deterministic=deterministic,
+        update_goldens=update_goldens,
+        pytest_args=pytest_args,
     )
     _print_summary(outcome)
     sys.exit(outcome.exit_code)
@@ -164,8 +190,12 @@ def _env_step(lock: Path | None, allow_extra: bool) -> Step:
         return Step("env check", "passed", f"installed distributions match {path.name}{extra}")
     for item in failing:
         console.print(f"  [red]{item}[/]", markup=True)
-    return Step("env check", "failed", f"{len(failing)} package(s) drift from {path.name}: "
-                + "; ".join(str(p) for p in failing[:5]))
+    return Step(
+        "env check",
+        "failed",
+        f"{len(failing)} package(s) drift from {path.name}: "
+        + "; ".join(str(p) for p in failing[:5]),
+    )
 
 
 def _perf_step(report_dir: Path) -> Step:
@@ -191,7 +221,9 @@ def _steps_markdown(steps: Sequence[Step], ok: bool) -> str:
     icon = {"passed": "✅", "failed": "❌", "skipped": "⏭️"}
     for s in steps:
         detail = " ".join(s.detail.split()).replace("|", "\\|")
-        lines.append(f"| {s.name} | {icon.get(s.status, '')} {s.status} | {s.seconds:.1f} s | {detail} |")
+        lines.append(
+            f"| {s.name} | {icon.get(s.status, '')} {s.status} | {s.seconds:.1f} s | {detail} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -206,15 +238,29 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
 """,
 )
-@click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
-@click.option("--tier", "tiers", metavar="TIER[,TIER]", default=",".join(CPU_TIERS), show_default=True,
-              help="CPU tiers to run.")
-@click.option("--lock", type=click.Path(path_type=Path), default=None,
-              help="Lock file for the env check (default: requirements/cpu.lock; "
-              "requirements/gpu.lock when CUDA is present).")
+@click.option(
+    "--report-dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True
+)
+@click.option(
+    "--tier",
+    "tiers",
+    metavar="TIER[,TIER]",
+    default=",".join(CPU_TIERS),
+    show_default=True,
+    help="CPU tiers to run.",
+)
+@click.option(
+    "--lock",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Lock file for the env check (default: requirements/cpu.lock; "
+    "requirements/gpu.lock when CUDA is present).",
+)
 @click.option("--seed", metavar="N|last", help="Base seed (default: random, printed).")
 @click.option("--perf/--no-perf", default=True, show_default=True, help="Run the perf gate step.")
-def ci_command(report_dir: Path, tiers: str, lock: Path | None, seed: str | None, perf: bool) -> None:
+def ci_command(
+    report_dir: Path, tiers: str, lock: Path | None, seed: str | None, perf: bool
+) -> None:
     """The main job: the same pipeline the GitHub workflow runs, locally.
 
     Exits 0 when every step passed or was skipped for a stated reason, 1 otherwise.
@@ -230,7 +276,10 @@ def ci_command(report_dir: Path, tiers: str, lock: Path | None, seed: str | None
         step.seconds = time.monotonic() - start
         steps.append(step)
         style = {"passed": "green", "failed": "red", "skipped": "yellow"}[step.status]
-        console.print(f"[{style}]{step.name}: {step.status}[/] ({step.seconds:.1f} s) {step.detail}", markup=True)
+        console.print(
+            f"[{style}]{step.name}: {step.status}[/] ({step.seconds:.1f} s) {step.detail}",
+            markup=True,
+        )
         return step
 
     total = 3 + int(perf)
@@ -242,8 +291,13 @@ def ci_command(report_dir: Path, tiers: str, lock: Path | None, seed: str | None
     timed(_env_step, lock, cuda)
 
     def tests_step(name: str, tier_names: list[str], subdir: str) -> Step:
-        outcome = run_suites(tier_names, report_dir / subdir, seed=seed, title=f"harness ci: {name}",
-                             step_summary=False)
+        outcome = run_suites(
+            tier_names,
+            report_dir / subdir,
+            seed=seed,
+            title=f"harness ci: {name}",
+            step_summary=False,
+        )
         markdowns.append(outcome.markdown)
         counts = _report.tier_counts(outcome.report) if outcome.report else {}
         total_counts = sum(counts.values(), Counter())
@@ -257,7 +311,9 @@ def ci_command(report_dir: Path, tiers: str, lock: Path | None, seed: str | None
         timed(tests_step, "gpu tier", ["gpu"], "gpu")
     else:
         steps.append(Step("gpu tier", "skipped", "no CUDA device visible to torch on this machine"))
-        console.print("[yellow]gpu tier: skipped[/] (no CUDA device visible to torch on this machine)")
+        console.print(
+            "[yellow]gpu tier: skipped[/] (no CUDA device visible to torch on this machine)"
+        )
     # The perf gate plugs in here: harness.perf.ci_step runs the benchmarks and gates them.
     if perf:
         console.rule(f"[4/{total}] perf gate")
@@ -268,7 +324,10 @@ def ci_command(report_dir: Path, tiers: str, lock: Path | None, seed: str | None
     _report.append_step_summary(summary)
     console.rule("harness ci summary")
     click.echo(summary)
-    written = [report_dir / "summary.md", *(d for d in (report_dir / n for n in ("cpu", "gpu", "perf")) if d.is_dir())]
+    written = [
+        report_dir / "summary.md",
+        *(d for d in (report_dir / n for n in ("cpu", "gpu", "perf")) if d.is_dir()),
+    ]
     console.print("reports: " + ", ".join(map(str, written)), soft_wrap=True)
     sys.exit(0 if ok else 1)
 
@@ -276,11 +335,17 @@ def ci_command(report_dir: Path, tiers: str, lock: Path | None, seed: str | None
 # --------------------------------------------------------------------------- flaky
 
 
-def _hunt_with_progress(test: str, runs: int, seed: int | None, seeds: list[int] | None,
-                        timeout: float) -> _flaky.Hunt:
+def _hunt_with_progress(
+    test: str, runs: int, seed: int | None, seeds: list[int] | None, timeout: float
+) -> _flaky.Hunt:
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     ) as bar:
         task = bar.add_task(test, total=2 * runs, last="")
 
@@ -289,12 +354,18 @@ def _hunt_with_progress(test: str, runs: int, seed: int | None, seeds: list[int]
                 bar.update(task, total=bar.tasks[0].total + 1)
             bar.update(task, advance=1, last=f"{phase} seed {result.seed}: {result.outcome}")
 
-        return _flaky.hunt(test, runs=runs, base_seed=seed, new_seeds=seeds, timeout_s=timeout,
-                           progress=progress)
+        return _flaky.hunt(
+            test, runs=runs, base_seed=seed, new_seeds=seeds, timeout_s=timeout, progress=progress
+        )
 
 
 def _hunt_markdown(hunts: Sequence[_flaky.Hunt]) -> str:
-    lines = ["## harness flaky", "", "| test | verdict | failing seeds | detail |", "|---|---|---|---|"]
+    lines = [
+        "## harness flaky",
+        "",
+        "| test | verdict | failing seeds | detail |",
+        "|---|---|---|---|",
+    ]
     for h in hunts:
         seeds = ", ".join(map(str, h.failing_seeds[:10])) or "-"
         detail = " ".join(h.detail.split()).replace("|", "\\|")[:300]
@@ -322,17 +393,41 @@ Examples:
 """,
 )
 @click.argument("test", required=False)
-@click.option("--runs", type=click.IntRange(min=2), default=10, show_default=True,
-              help="Runs under the same seed, and as many under new seeds.")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=2),
+    default=10,
+    show_default=True,
+    help="Runs under the same seed, and as many under new seeds.",
+)
 @click.option("--seed", type=int, default=None, help="The fixed base seed (default: random).")
-@click.option("--seeds", default=None, metavar="S1,S2,...", help="The new seeds to try (default: random).")
+@click.option(
+    "--seeds", default=None, metavar="S1,S2,...", help="The new seeds to try (default: random)."
+)
 @click.option("--quarantined", is_flag=True, help="Hunt every test in quarantine.toml.")
-@click.option("--quarantine-file", type=click.Path(path_type=Path), default=Path("quarantine.toml"), show_default=True)
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per run before it counts as a failure.")
-@click.option("--report-dir", type=click.Path(path_type=Path), default=None,
-              help="Write flaky.json and flaky.md here (and append to $GITHUB_STEP_SUMMARY).")
+@click.option(
+    "--quarantine-file",
+    type=click.Path(path_type=Path),
+    default=Path("quarantine.toml"),
+    show_default=True,
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds per run before it counts as a failure.",
+)
+@click.option(
+    "--report-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write flaky.json and flaky.md here (and append to $GITHUB_STEP_SUMMARY).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def flaky_command(test, runs, seed, seeds, quarantined, quarantine_file, timeout, report_dir, as_json) -> None:
+def flaky_command(
+    test, runs, seed, seeds, quarantined, quarantine_file, timeout, report_dir, as_json
+) -> None:
     """Rerun one test in fresh processes under one seed and under new seeds, and classify it.
 
     Never a retry: the point is to learn why a test flakes, not to make it pass.
@@ -346,7 +441,9 @@ def flaky_command(test, runs, seed, seeds, quarantined, quarantine_file, timeout
         try:
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         except ValueError:
-            raise click.BadParameter(f"expected comma-separated integers, got {seeds!r}", param_hint="--seeds") from None
+            raise click.BadParameter(
+                f"expected comma-separated integers, got {seeds!r}", param_hint="--seeds"
+            ) from None
     if quarantined:
         try:
             tests = [e.test for e in _quarantine.load(quarantine_file)]
@@ -360,15 +457,23 @@ def flaky_command(test, runs, seed, seeds, quarantined, quarantine_file, timeout
     markdown = _hunt_markdown(hunts)
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)
-        (report_dir / "flaky.json").write_text(json.dumps([h.to_dict() for h in hunts], indent=2) + "\n")
+        (report_dir / "flaky.json").write_text(
+            json.dumps([h.to_dict() for h in hunts], indent=2) + "\n"
+        )
         (report_dir / "flaky.md").write_text(markdown)
         _report.append_step_summary(markdown)
     if as_json:
-        click.echo(json.dumps([h.to_dict() for h in hunts] if quarantined else hunts[0].to_dict(), indent=2))
+        click.echo(
+            json.dumps(
+                [h.to_dict() for h in hunts] if quarantined else hunts[0].to_dict(), indent=2
+            )
+        )
     else:
         table = Table("test", "verdict", "failing seeds", "detail", show_lines=False)
         for h in hunts:
-            table.add_row(h.test, h.verdict, ", ".join(map(str, h.failing_seeds[:10])) or "-", h.detail)
+            table.add_row(
+                h.test, h.verdict, ", ".join(map(str, h.failing_seeds[:10])) or "-", h.detail
+            )
         console.print(table)
     if quarantined:
         sys.exit(5 if any(h.verdict == "could not run" for h in hunts) else 0)

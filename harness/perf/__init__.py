@@ -43,6 +43,7 @@ from harness.perf._common import (
     python_path,
     resolve_commit,
 )
+
 # Private, re-exported for suites/integration/harness/test_dashboard.py (perf._RESOURCE_TAG, ...).
 from harness.perf.dashboard import _EXTERNAL_ATTR as _EXTERNAL_ATTR
 from harness.perf.dashboard import _RESOURCE_TAG as _RESOURCE_TAG
@@ -86,16 +87,49 @@ from harness.perf.runs import (
 
 __all__ = [
     # errors, project, interpreter and git (_common)
-    "DEFAULT_MACHINE", "MACHINE_ENV_VAR", "VENDOR_DIR_ENV_VAR", "Echo", "PerfError", "Project",
-    "default_machine", "env_name", "env_spec", "python_path", "resolve_commit",
+    "DEFAULT_MACHINE",
+    "MACHINE_ENV_VAR",
+    "VENDOR_DIR_ENV_VAR",
+    "Echo",
+    "PerfError",
+    "Project",
+    "default_machine",
+    "env_name",
+    "env_spec",
+    "python_path",
+    "resolve_commit",
     # running benchmarks (runs)
-    "GROUPS", "QUICK_MIN_SAMPLES", "RunOutcome", "bench_regex", "ensure_machine",
-    "quick_attributes", "run_benchmarks", "run_interleaved",
+    "GROUPS",
+    "QUICK_MIN_SAMPLES",
+    "RunOutcome",
+    "bench_regex",
+    "ensure_machine",
+    "quick_attributes",
+    "run_benchmarks",
+    "run_interleaved",
     # the gate, baselines, the `harness ci` step (gating)
-    "BASELINE_SEARCH_DEPTH", "DEFAULT_FACTOR", "EXIT_NOT_COMPARABLE", "EXIT_OK",
-    "EXIT_REGRESSION", "INFORMATIONAL", "STATUS_MARK", "GateReport", "PerfStepResult", "Row",
-    "ci_step", "default_branch_refs", "find_baseline", "gate", "has_results", "merge_base",
+    "BASELINE_SEARCH_DEPTH",
+    "DEFAULT_FACTOR",
+    "EXIT_NOT_COMPARABLE",
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "INFORMATIONAL",
+    "STATUS_MARK",
+    "GateReport",
+    "PerfStepResult",
+    "Row",
+    "ci_step",
+    "default_branch_refs",
+    "find_baseline",
+    "gate",
+    "has_results",
+    "merge_base",
     # the offline dashboard (dashboard)
-    "CDN_ASSETS", "NPM_PACKAGES", "NpmPackage", "dashboard_server", "fetch_npm_packages",
-    "make_offline", "publish",
+    "CDN_ASSETS",
+    "NPM_PACKAGES",
+    "NpmPackage",
+    "dashboard_server",
+    "fetch_npm_packages",
+    "make_offline",
+    "publish",
 ]

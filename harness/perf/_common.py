@@ -129,12 +129,18 @@ def _asv_environ(project: Project, extra: dict[str, str] | None = None) -> dict[
     return env
 
 
-def _stream(cmd: Sequence[str], *, cwd: Path, env: dict[str, str], echo: Echo | None,
-            log: list[str]) -> int:
+def _stream(
+    cmd: Sequence[str], *, cwd: Path, env: dict[str, str], echo: Echo | None, log: list[str]
+) -> int:
     """Run cmd, echo its output line by line as it comes (progress), keep it in log."""
     proc = subprocess.Popen(
-        list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, bufsize=1,
+        list(cmd),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
     )
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -65,8 +65,13 @@ class Row:
 
     @property
     def comparable(self) -> bool:
-        return self.status in ("regressed", "improved", "unchanged", "slower, not significant",
-                               "faster, not significant")
+        return self.status in (
+            "regressed",
+            "improved",
+            "unchanged",
+            "slower, not significant",
+            "faster, not significant",
+        )
 
 
 # Benchmarks named track_info_* are shown with their ratio but never decide the exit code: they
@@ -125,8 +130,10 @@ class GateReport:
         return "\n".join(lines)
 
     def markdown(self) -> str:
-        head = (f"Gate: base `{self.base[:10]}` vs head `{self.head[:10]}` on machine "
-                f"`{self.machine}`, factor {self.factor:g} with asv's significance test.")
+        head = (
+            f"Gate: base `{self.base[:10]}` vs head `{self.head[:10]}` on machine "
+            f"`{self.machine}`, factor {self.factor:g} with asv's significance test."
+        )
         parts = [head]
         parts += [f"- {p}" for p in self.problems]
         if self.rows:
@@ -136,12 +143,21 @@ class GateReport:
 
     def to_json(self) -> dict:
         return {
-            "exit_code": self.exit_code, "base": self.base, "head": self.head,
-            "machine": self.machine, "factor": self.factor, "problems": self.problems,
+            "exit_code": self.exit_code,
+            "base": self.base,
+            "head": self.head,
+            "machine": self.machine,
+            "factor": self.factor,
+            "problems": self.problems,
             "verdict": self.verdict,
             # NaN (a skipped benchmark) is not JSON: it becomes null, like a missing value.
-            "rows": [{k: None if isinstance(v, float) and math.isnan(v) else v
-                      for k, v in dataclasses.asdict(r).items()} for r in self.rows],
+            "rows": [
+                {
+                    k: None if isinstance(v, float) and math.isnan(v) else v
+                    for k, v in dataclasses.asdict(r).items()
+                }
+                for r in self.rows
+            ],
         }
 
 
@@ -183,7 +199,8 @@ def _load_results(project: Project, machine: str, sha: str) -> dict[str, dict[st
             params = result.get_result_params(key)
             version = result.benchmark_version.get(key)
             for name, value, stats, samples in unroll_result(
-                key, params,
+                key,
+                params,
                 result.get_result_value(key, params),
                 result.get_result_stats(key, params),
                 result.get_result_samples(key, params),
@@ -201,12 +218,14 @@ def _units(project: Project) -> dict[str, str]:
     return {k: v.get("unit", "") for k, v in data.items() if isinstance(v, dict)}
 
 
-def has_results(root: Path | str, commit: str, *, machine: str | None = None,
-                env: str | None = None) -> bool:
+def has_results(
+    root: Path | str, commit: str, *, machine: str | None = None, env: str | None = None
+) -> bool:
     """Whether results for commit exist on machine (and in env, when given)."""
     project = Project.load(root)
-    by_env = _load_results(project, machine or default_machine(), resolve_commit(project.root,
-                                                                                    commit))
+    by_env = _load_results(
+        project, machine or default_machine(), resolve_commit(project.root, commit)
+    )
     return bool(by_env.get(env)) if env else any(by_env.values())
 
 
@@ -234,31 +253,45 @@ def gate(
 
     machines = sorted(p.parent.name for p in project.results_dir.glob("*/machine.json"))
     if machine not in machines:
-        return report(EXIT_NOT_COMPARABLE, [], [
-            f"no results for machine `{machine}` in {project.results_dir} "
-            f"(machines with results: {', '.join(machines) or 'none'})"])
+        return report(
+            EXIT_NOT_COMPARABLE,
+            [],
+            [
+                f"no results for machine `{machine}` in {project.results_dir} "
+                f"(machines with results: {', '.join(machines) or 'none'})"
+            ],
+        )
     base_results = _load_results(project, machine, base_sha)
     head_results = _load_results(project, machine, head_sha)
     problems = []
     for label, sha, found in (("base", base_sha, base_results), ("head", head_sha, head_results)):
         if not any(found.values()):
-            problems.append(f"missing results: no results for {label} {sha[:10]} on machine "
-                            f"`{machine}` (run `harness perf run --commit {sha[:10]}`)")
+            problems.append(
+                f"missing results: no results for {label} {sha[:10]} on machine "
+                f"`{machine}` (run `harness perf run --commit {sha[:10]}`)"
+            )
     if problems:
         return report(EXIT_NOT_COMPARABLE, [], problems)
 
     common_envs = sorted(set(base_results) & set(head_results))
     if not common_envs:
-        return report(EXIT_NOT_COMPARABLE, [], [
-            "environment-name mismatch: base ran in "
-            f"{', '.join(f'`{e}`' for e in sorted(base_results))}, head in "
-            f"{', '.join(f'`{e}`' for e in sorted(head_results))}. asv names an existing "
-            "environment after the literal python path: run both with the same interpreter "
-            f"path (this one is `{env_name()}`)"])
+        return report(
+            EXIT_NOT_COMPARABLE,
+            [],
+            [
+                "environment-name mismatch: base ran in "
+                f"{', '.join(f'`{e}`' for e in sorted(base_results))}, head in "
+                f"{', '.join(f'`{e}`' for e in sorted(head_results))}. asv names an existing "
+                "environment after the literal python path: run both with the same interpreter "
+                f"path (this one is `{env_name()}`)"
+            ],
+        )
     for label, found in (("base", base_results), ("head", head_results)):
         for other in sorted(set(found) - set(common_envs)):
-            problems.append(f"{label} also has results in environment `{other}`, which the "
-                            "other side lacks: not compared")
+            problems.append(
+                f"{label} also has results in environment `{other}`, which the "
+                "other side lacks: not compared"
+            )
 
     units = _units(project)
     rows: list[Row] = []
@@ -267,8 +300,16 @@ def gate(
         for name in sorted(set(b_all) | set(h_all)):
             unit = units.get(name.split("(", 1)[0])
             b, h = b_all.get(name), h_all.get(name)
-            row = Row(name, env, "", b.value if b else None, h.value if h else None, unit,
-                      _count(b), _count(h))
+            row = Row(
+                name,
+                env,
+                "",
+                b.value if b else None,
+                h.value if h else None,
+                unit,
+                _count(b),
+                _count(h),
+            )
             if b is None:
                 row.status = "new in head, no baseline"
             elif h is None:
@@ -307,7 +348,8 @@ def gate(
         changed = sum(r.status.startswith("benchmark code changed") for r in rows)
         problems.append(
             f"nothing comparable: {len(rows)} benchmark(s), {changed} with changed code, the "
-            "rest skipped, failed, new or missing on one side")
+            "rest skipped, failed, new or missing on one side"
+        )
     else:
         code = EXIT_OK
     return report(code, rows, problems)
@@ -368,13 +410,15 @@ def merge_base(root: Path | str, *, base_ref: str | None = None) -> tuple[str, s
     return None
 
 
-def find_baseline(root: Path | str, start: str, *, machine: str, env: str,
-                  depth: int = BASELINE_SEARCH_DEPTH) -> str | None:
+def find_baseline(
+    root: Path | str, start: str, *, machine: str, env: str, depth: int = BASELINE_SEARCH_DEPTH
+) -> str | None:
     """The nearest first-parent ancestor of start (itself included) with results in env."""
     root = Path(root)
     project = Project.load(root)
-    shas = _git(root, "rev-list", "--first-parent", f"--max-count={depth}", start,
-                check=False).split()
+    shas = _git(
+        root, "rev-list", "--first-parent", f"--max-count={depth}", start, check=False
+    ).split()
     for sha in shas:
         if _load_results(project, machine, sha).get(env):
             return sha
@@ -439,11 +483,20 @@ def ci_step(
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return _ci_step(Path(repo_root), report_dir, quick=quick,
-                        require_baseline=require_baseline, measure_base=measure_base,
-                        passes=passes, group=group, bench=bench,
-                        machine=machine or default_machine(),
-                        factor=factor, base_ref=base_ref, echo=echo)
+        return _ci_step(
+            Path(repo_root),
+            report_dir,
+            quick=quick,
+            require_baseline=require_baseline,
+            measure_base=measure_base,
+            passes=passes,
+            group=group,
+            bench=bench,
+            machine=machine or default_machine(),
+            factor=factor,
+            base_ref=base_ref,
+            echo=echo,
+        )
     except PerfError as exc:  # no asv.conf.json, not a git checkout, unknown base ref...
         reason = f"perf step could not run: {exc}"
         markdown = f"### Performance\n\n**{reason}** (exit {EXIT_NOT_COMPARABLE})"
@@ -451,14 +504,28 @@ def ci_step(
         return PerfStepResult(EXIT_NOT_COMPARABLE, markdown, reason)
 
 
-def _ci_step(repo_root: Path, report_dir: Path, *, quick: bool, require_baseline: bool,
-             measure_base: str, passes: int, group: str, bench: str | None, machine: str,
-             factor: float, base_ref: str | None, echo: Echo | None) -> PerfStepResult:
+def _ci_step(
+    repo_root: Path,
+    report_dir: Path,
+    *,
+    quick: bool,
+    require_baseline: bool,
+    measure_base: str,
+    passes: int,
+    group: str,
+    bench: str | None,
+    machine: str,
+    factor: float,
+    base_ref: str | None,
+    echo: Echo | None,
+) -> PerfStepResult:
     Project.load(repo_root)  # fails first, and clearly, where there is no asv project
     env = env_name()
     head = resolve_commit(Path(repo_root), "HEAD")
-    title = (f"### Performance (asv, machine `{machine}`, "
-             f"{'quick' if quick else 'full'} run, {group.upper()} group)")
+    title = (
+        f"### Performance (asv, machine `{machine}`, "
+        f"{'quick' if quick else 'full'} run, {group.upper()} group)"
+    )
     log: list[str] = []
     run_kwargs = dict(group=group, bench=bench, quick=quick, machine=machine, echo=echo)
 
@@ -468,7 +535,8 @@ def _ci_step(repo_root: Path, report_dir: Path, *, quick: bool, require_baseline
         (report_dir / "perf-run.log").write_text("\n".join(log) + "\n")
         if gate_report is not None:
             (report_dir / "perf-gate.json").write_text(
-                json.dumps(gate_report.to_json(), indent=2) + "\n")
+                json.dumps(gate_report.to_json(), indent=2) + "\n"
+            )
         return PerfStepResult(code, markdown, skipped)
 
     found = merge_base(repo_root, base_ref=base_ref)
@@ -480,8 +548,7 @@ def _ci_step(repo_root: Path, report_dir: Path, *, quick: bool, require_baseline
             baseline = find_baseline(repo_root, start, machine=machine, env=env)
         if baseline is None and measure_base != "never":
             try:
-                outcomes = run_interleaved(repo_root, [start, "HEAD"], passes=passes,
-                                           **run_kwargs)
+                outcomes = run_interleaved(repo_root, [start, "HEAD"], passes=passes, **run_kwargs)
             except PerfError as exc:  # e.g. the base predates the benchmarks
                 base_problem = f" (measuring it failed: {exc})"
             else:
@@ -492,8 +559,10 @@ def _ci_step(repo_root: Path, report_dir: Path, *, quick: bool, require_baseline
                 origin = "measured in this run" if outcomes else "stored results"
                 base_note = f"Baseline: `{baseline[:10]}` ({how}; {origin})."
             else:
-                base_note = (f"Baseline: `{baseline[:10]}`, the nearest first-parent ancestor "
-                             f"with stored results of the {how} ({start[:10]}).")
+                base_note = (
+                    f"Baseline: `{baseline[:10]}`, the nearest first-parent ancestor "
+                    f"with stored results of the {how} ({start[:10]})."
+                )
     if not outcomes:
         outcomes = [run_benchmarks(repo_root, commit="HEAD", **run_kwargs)]
     for outcome in outcomes:
@@ -501,24 +570,36 @@ def _ci_step(repo_root: Path, report_dir: Path, *, quick: bool, require_baseline
     head_outcome = outcomes[-1]
     run_note = f"Head: `{head[:10]}` ({head_outcome.source}), environment `{env}`."
     failed_run = any(o.exit_code != 0 for o in outcomes)
-    run_failure = ("**asv run reported failing benchmarks or an error** (exit 1): see "
-                   f"{report_dir / 'perf-run.log'}.")
+    run_failure = (
+        "**asv run reported failing benchmarks or an error** (exit 1): see "
+        f"{report_dir / 'perf-run.log'}."
+    )
 
     if baseline is None:
         if found is None:
-            reason = ("no baseline: HEAD has no merge-base with the default branch "
-                      f"(tried {', '.join(default_branch_refs(Path(repo_root)))})")
+            reason = (
+                "no baseline: HEAD has no merge-base with the default branch "
+                f"(tried {', '.join(default_branch_refs(Path(repo_root)))})"
+            )
         elif measure_base == "never":
-            reason = (f"no baseline: no stored results for the {found[1]} ({found[0][:10]}) or "
-                      f"its {BASELINE_SEARCH_DEPTH - 1} first-parent ancestors on machine "
-                      f"`{machine}` in environment `{env}`")
+            reason = (
+                f"no baseline: no stored results for the {found[1]} ({found[0][:10]}) or "
+                f"its {BASELINE_SEARCH_DEPTH - 1} first-parent ancestors on machine "
+                f"`{machine}` in environment `{env}`"
+            )
         else:
-            reason = (f"no baseline: the {found[1]} ({found[0][:10]}) has no results in "
-                      f"environment `{env}`{base_problem}")
-        code = (EXIT_REGRESSION if failed_run else
-                EXIT_NOT_COMPARABLE if require_baseline else EXIT_OK)
-        consequence = ("this fails the step (a baseline is required here)" if require_baseline
-                       else "HEAD's results are recorded and can serve as a baseline later")
+            reason = (
+                f"no baseline: the {found[1]} ({found[0][:10]}) has no results in "
+                f"environment `{env}`{base_problem}"
+            )
+        code = (
+            EXIT_REGRESSION if failed_run else EXIT_NOT_COMPARABLE if require_baseline else EXIT_OK
+        )
+        consequence = (
+            "this fails the step (a baseline is required here)"
+            if require_baseline
+            else "HEAD's results are recorded and can serve as a baseline later"
+        )
         body = [run_note, f"**Perf gate skipped: {reason}**; {consequence}."]
         if failed_run:
             body.append(run_failure)

@@ -64,9 +64,21 @@ def ensure_machine(project: Project, machine: str, *, echo: Echo | None = None) 
             pass  # an unreadable file is rewritten by asv below
     log: list[str] = []
     rc = _stream(
-        [sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine,
-         "--config", str(project.config_path)],
-        cwd=project.root, env=_asv_environ(project), echo=None, log=log,
+        [
+            sys.executable,
+            "-m",
+            "asv",
+            "machine",
+            "--yes",
+            "--machine",
+            machine,
+            "--config",
+            str(project.config_path),
+        ],
+        cwd=project.root,
+        env=_asv_environ(project),
+        echo=None,
+        log=log,
     )
     if rc != 0:
         raise PerfError(f"asv machine --yes --machine {machine} exited {rc}:\n" + "\n".join(log))
@@ -138,15 +150,27 @@ def run_benchmarks(
             source = "working tree (uncommitted changes)" if dirty else "working tree"
         else:
             config, code_dir = _archived_config(project, sha, Path(tmp))
-            pythonpath = [str(code_dir)] + ([os.environ["ASV_PYTHONPATH"]]
-                                            if os.environ.get("ASV_PYTHONPATH") else [])
+            pythonpath = [str(code_dir)] + (
+                [os.environ["ASV_PYTHONPATH"]] if os.environ.get("ASV_PYTHONPATH") else []
+            )
             extra_env["ASV_PYTHONPATH"] = os.pathsep.join(pythonpath)
             source = f"git archive of {sha[:10]}"
 
         cmd = [
-            sys.executable, "-m", "asv", "run", "--config", str(config),
-            "-E", env_spec(python), "--machine", machine, "--set-commit-hash", sha,
-            "--record-samples", "--show-stderr",
+            sys.executable,
+            "-m",
+            "asv",
+            "run",
+            "--config",
+            str(config),
+            "-E",
+            env_spec(python),
+            "--machine",
+            machine,
+            "--set-commit-hash",
+            sha,
+            "--record-samples",
+            "--show-stderr",
         ]
         if append_samples:
             cmd.append("--append-samples")
@@ -157,15 +181,22 @@ def run_benchmarks(
                 cmd += ["-a", attribute]
         if echo:
             label = sha[:10] if sha.startswith(commit) else f"{commit} ({sha[:10]})"
-            echo(f"harness perf: benchmarking {label}, {source}, on machine "
-                 f"{machine!r}, env {env_name(python)!r}{', quick' if quick else ''}"
-                 f"{', appending samples' if append_samples else ''}")
-        rc = _stream(cmd, cwd=project.root, env=_asv_environ(project, extra_env), echo=echo,
-                     log=log)
+            echo(
+                f"harness perf: benchmarking {label}, {source}, on machine "
+                f"{machine!r}, env {env_name(python)!r}{', quick' if quick else ''}"
+                f"{', appending samples' if append_samples else ''}"
+            )
+        rc = _stream(
+            cmd, cwd=project.root, env=_asv_environ(project, extra_env), echo=echo, log=log
+        )
     # asv run: 0 ok, 2 a benchmark failed, 1 usage or environment error.
     return RunOutcome(
-        exit_code=0 if rc == 0 else 1, commit=sha, machine=machine, env_name=env_name(python),
-        source=source, log=log,
+        exit_code=0 if rc == 0 else 1,
+        commit=sha,
+        machine=machine,
+        env_name=env_name(python),
+        source=source,
+        log=log,
     )
 
 
@@ -174,7 +205,9 @@ def _archived_config(project: Project, sha: str, tmp: Path) -> tuple[Path, Path]
     code_dir = tmp / "code"
     code_dir.mkdir()
     archive = subprocess.run(
-        ["git", "archive", "--format=tar", sha], cwd=project.root, capture_output=True,
+        ["git", "archive", "--format=tar", sha],
+        cwd=project.root,
+        capture_output=True,
     )
     if archive.returncode != 0:
         raise PerfError(f"git archive {sha} failed: {archive.stderr.decode(errors='replace')}")
@@ -219,7 +252,8 @@ def run_interleaved(
     outcomes = []
     for n in range(passes):
         for commit in commits:
-            outcome = run_benchmarks(root, commit=commit, append_samples=n > 0, passes=passes,
-                                     echo=echo, **kwargs)
+            outcome = run_benchmarks(
+                root, commit=commit, append_samples=n > 0, passes=passes, echo=echo, **kwargs
+            )
             outcomes.append(outcome)
     return outcomes

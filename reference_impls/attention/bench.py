@@ -86,7 +86,9 @@ def make_inputs(case: Case, seed: int = 0):
     """(q, k, v, do): (B, H, N, D) tensors on the GPU; q, k, v require grad."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     shape = (case.batch, case.heads, case.n, case.d)
-    q, k, v, do = (torch.randn(shape, device="cuda", dtype=case.dtype, generator=g) for _ in range(4))
+    q, k, v, do = (
+        torch.randn(shape, device="cuda", dtype=case.dtype, generator=g) for _ in range(4)
+    )
     return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
 
 
@@ -111,18 +113,24 @@ def step_fn(provider: str, case: Case, inputs) -> Callable[[], object]:
     q, k, v, do = inputs
     fn = attention_fn(provider)
     if case.mode == "fwd":
+
         def fwd():
             with torch.no_grad():
                 return fn(q, k, v, case.causal)
+
         return fwd
     return lambda: torch.autograd.grad(fn(q, k, v, case.causal), (q, k, v), do)
 
 
-def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> tuple[float, float, float]:
+def time_ms(
+    fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100
+) -> tuple[float, float, float]:
     """(median, p20, p80) milliseconds of one call, CUDA-event timed."""
     import triton.testing
 
-    med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    med, p20, p80 = triton.testing.do_bench(
+        fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8]
+    )
     return med, p20, p80
 
 
@@ -140,9 +148,12 @@ def measure(case: Case, provider: str, inputs=None) -> Result:
     return Result(case, provider, med, p20, p80)
 
 
-def cases(dims: Sequence[int], lengths: Sequence[int], causals: Sequence[bool],
-          modes: Sequence[str]) -> list[Case]:
-    return [Case.standard(d, n, c, m) for d in dims for n in lengths for c in causals for m in modes]
+def cases(
+    dims: Sequence[int], lengths: Sequence[int], causals: Sequence[bool], modes: Sequence[str]
+) -> list[Case]:
+    return [
+        Case.standard(d, n, c, m) for d in dims for n in lengths for c in causals for m in modes
+    ]
 
 
 # --------------------------------------------------------------------------- precompiling
@@ -155,20 +166,26 @@ def _warm(d: int, causal: bool, dtype_name: str) -> str:
     from reference_impls.attention import attention
 
     dtype = getattr(torch, dtype_name)
-    q, k, v = (torch.randn(1, 1, 256, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    q, k, v = (
+        torch.randn(1, 1, 256, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)
+    )
     out = attention(q, k, v, causal=causal)
     out.backward(torch.randn_like(out))
     torch.cuda.synchronize()
     return f"d={d} causal={causal} {dtype_name}"
 
 
-def precompile(dims: Sequence[int], causals: Sequence[bool], dtypes: Sequence[str], jobs: int) -> None:
+def precompile(
+    dims: Sequence[int], causals: Sequence[bool], dtypes: Sequence[str], jobs: int
+) -> None:
     todo = [(d, c, t) for d in dims for c in causals for t in dtypes]
     if jobs <= 1:
         for args in todo:
             _warm(*args)
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")
+    ) as pool:
         for done in pool.map(_warm, *zip(*todo)):
             print(f"  compiled {done}", file=sys.stderr)
 
@@ -193,8 +210,14 @@ def markdown_table(results: Sequence[Result]) -> str:
         head += ["triton / cuDNN"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case, row in by_case.items():
-        cells = [str(case.d), str(case.n), str(case.batch), str(case.heads),
-                 "yes" if case.causal else "no", case.mode]
+        cells = [
+            str(case.d),
+            str(case.n),
+            str(case.batch),
+            str(case.heads),
+            "yes" if case.causal else "no",
+            case.mode,
+        ]
         cells += [_fmt(row[p].tflops) if p in row else "" for p in providers]
         for other in ("flash", "cudnn"):
             if f"triton / {'cuDNN' if other == 'cudnn' else other}" in head:
@@ -219,15 +242,26 @@ def environment() -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference_impls.attention.bench",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m reference_impls.attention.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--dims", default="64,128", help="head dims (default: 64,128)")
-    parser.add_argument("--lengths", default="1024,4096,16384", help="sequence lengths (default: 1024,4096,16384)")
+    parser.add_argument(
+        "--lengths", default="1024,4096,16384", help="sequence lengths (default: 1024,4096,16384)"
+    )
     parser.add_argument("--causal", default="no,yes", help="no, yes or both (default: no,yes)")
-    parser.add_argument("--modes", default=",".join(MODES), help="fwd, fwd+bwd or both (default: both)")
-    parser.add_argument("--providers", default=",".join(PROVIDERS), help=f"subset of {','.join(PROVIDERS)}")
-    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
-                        help="processes compiling the kernel's configs before timing (default: min(8, cores))")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="fwd, fwd+bwd or both (default: both)"
+    )
+    parser.add_argument(
+        "--providers", default=",".join(PROVIDERS), help=f"subset of {','.join(PROVIDERS)}"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="processes compiling the kernel's configs before timing (default: min(8, cores))",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every measurement as JSON")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -252,25 +286,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         for provider in providers:
             r = measure(case, provider, inputs)
             results.append(r)
-            note = f"  ({r.error})" if r.error else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
-            print(f"D={case.d:<4} N={case.n:<6} causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
-                  f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}", flush=True)
+            note = (
+                f"  ({r.error})"
+                if r.error
+                else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
+            )
+            print(
+                f"D={case.d:<4} N={case.n:<6} causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
+                f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}",
+                flush=True,
+            )
         del inputs
         torch.cuda.empty_cache()
     print()
     print(markdown_table(results))
-    ratios = [t.tflops / f.tflops for t in results if t.provider == "triton" and t.tflops
-              for f in results if f.provider == "flash" and f.case == t.case and f.tflops]
+    ratios = [
+        t.tflops / f.tflops
+        for t in results
+        if t.provider == "triton" and t.tflops
+        for f in results
+        if f.provider == "flash" and f.case == t.case and f.tflops
+    ]
     if ratios:
-        print(f"\ntriton / flash: min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, "
-              f"max {max(ratios):.2f} over {len(ratios)} rows")
+        print(
+            f"\ntriton / flash: min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, "
+            f"max {max(ratios):.2f} over {len(ratios)} rows"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": [
-                {**dataclasses.asdict(r.case), "dtype": str(r.case.dtype), "provider": r.provider,
-                 "ms": r.ms, "ms_p20": r.ms_p20, "ms_p80": r.ms_p80, "tflops": r.tflops,
-                 "flops": r.case.flops(), "error": r.error}
-                for r in results]}, f, indent=1)
+            json.dump(
+                {
+                    "environment": env,
+                    "results": [
+                        {
+                            **dataclasses.asdict(r.case),
+                            "dtype": str(r.case.dtype),
+                            "provider": r.provider,
+                            "ms": r.ms,
+                            "ms_p20": r.ms_p20,
+                            "ms_p80": r.ms_p80,
+                            "tflops": r.tflops,
+                            "flops": r.case.flops(),
+                            "error": r.error,
+                        }
+                        for r in results
+                    ],
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -80,8 +80,9 @@ def _dot(a, b, acc, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _key_range(start_m, n_q, n_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               CAUSAL: tl.constexpr):
+def _key_range(
+    start_m, n_q, n_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr
+):
     """Keys a block of queries starting at ``start_m`` attends to: ``[0, full)`` needs no mask,
     ``[full, hi)`` does; ``causal_shift`` aligns the causal diagonal bottom-right (query i sees
     keys j <= i + shift). ``full`` is rounded down to whole key blocks."""
@@ -98,10 +99,28 @@ def _key_range(start_m, n_q, n_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, b, hkv, lo, hi,
-                    offs_m, n_k, causal_shift, qk_scale,
-                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
-                    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    desc_k,
+    desc_v,
+    b,
+    hkv,
+    lo,
+    hi,
+    offs_m,
+    n_k,
+    causal_shift,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Fold key/value blocks ``[lo, hi)`` into the running (acc, l_i, m_i) of one query block.
 
     acc: (BLOCK_M, HEAD_DIM) fp32, unnormalised output; l_i, m_i: (BLOCK_M,) fp32 running sum
@@ -136,11 +155,25 @@ def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, b, hkv, lo, hi,
 
 
 @triton.jit(do_not_specialize=_NOT_SPECIALIZED)
-def _attn_fwd(desc_q, desc_k, desc_v, O, LSE, sm_scale,
-              n_q, n_k, head_dim, num_heads, group_size,
-              HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_fwd(
+    desc_q,
+    desc_k,
+    desc_v,
+    O,
+    LSE,
+    sm_scale,
+    n_q,
+    n_k,
+    head_dim,
+    num_heads,
+    group_size,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     num_m = tl.cdiv(n_q, BLOCK_M)
     pid = tl.program_id(0)
     bh = pid // num_m  # b * H + h
@@ -163,12 +196,50 @@ def _attn_fwd(desc_q, desc_k, desc_v, O, LSE, sm_scale,
     q = desc_q.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)  # stays on chip throughout
 
     causal_shift, full, hi = _key_range(start_m, n_q, n_k, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, b, hkv, 0, full,
-                                    offs_m, n_k, causal_shift, qk_scale,
-                                    BLOCK_N, HEAD_DIM, False, CAUSAL, UPCAST, PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, b, hkv, full, hi,
-                                    offs_m, n_k, causal_shift, qk_scale,
-                                    BLOCK_N, HEAD_DIM, True, CAUSAL, UPCAST, PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        desc_k,
+        desc_v,
+        b,
+        hkv,
+        0,
+        full,
+        offs_m,
+        n_k,
+        causal_shift,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        False,
+        CAUSAL,
+        UPCAST,
+        PRECISION,
+    )
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        desc_k,
+        desc_v,
+        b,
+        hkv,
+        full,
+        hi,
+        offs_m,
+        n_k,
+        causal_shift,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        True,
+        CAUSAL,
+        UPCAST,
+        PRECISION,
+    )
 
     # Rows that saw no key (causal, Nq > Nk) have l_i == 0: output 0, and a log-sum-exp of
     # +inf so that the backward pass recomputes p = exp2(s - inf) = 0 for them.
@@ -179,14 +250,35 @@ def _attn_fwd(desc_q, desc_k, desc_v, O, LSE, sm_scale,
     row_ok = offs_m < n_q
     tl.store(LSE + q_row0 + offs_m, lse, mask=row_ok)
     o_ptrs = O + (q_row0 + offs_m).to(tl.int64)[:, None] * head_dim + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_d < head_dim)[None, :])
+    tl.store(
+        o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_d < head_dim)[None, :]
+    )
 
 
 @triton.jit
-def _attn_bwd_dq_inner(dq, q, do, lse, delta, desc_k, desc_v, b, hkv, lo, hi,
-                       offs_m, n_k, causal_shift, qk_scale,
-                       BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
-                       CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_bwd_dq_inner(
+    dq,
+    q,
+    do,
+    lse,
+    delta,
+    desc_k,
+    desc_v,
+    b,
+    hkv,
+    lo,
+    hi,
+    offs_m,
+    n_k,
+    causal_shift,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dq (BLOCK_M, HEAD_DIM) += dS @ K over key blocks ``[lo, hi)`` (dS not yet scaled)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
@@ -207,11 +299,28 @@ def _attn_bwd_dq_inner(dq, q, do, lse, delta, desc_k, desc_v, b, hkv, lo, hi,
 
 
 @triton.jit(do_not_specialize=_NOT_SPECIALIZED)
-def _attn_bwd_dq(desc_q, desc_k, desc_v, desc_o, desc_do, DQ, LSE, DELTA, sm_scale,
-                 n_q, n_k, head_dim, num_heads, group_size,
-                 HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_bwd_dq(
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_o,
+    desc_do,
+    DQ,
+    LSE,
+    DELTA,
+    sm_scale,
+    n_q,
+    n_k,
+    head_dim,
+    num_heads,
+    group_size,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     num_m = tl.cdiv(n_q, BLOCK_M)
     pid = tl.program_id(0)
     bh = pid // num_m
@@ -239,22 +348,86 @@ def _attn_bwd_dq(desc_q, desc_k, desc_v, desc_o, desc_do, DQ, LSE, DELTA, sm_sca
 
     causal_shift, full, hi = _key_range(start_m, n_q, n_k, BLOCK_M, BLOCK_N, CAUSAL)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, desc_k, desc_v, b, hkv, 0, full,
-                            offs_m, n_k, causal_shift, qk_scale,
-                            BLOCK_N, HEAD_DIM, False, CAUSAL, UPCAST, PRECISION)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, desc_k, desc_v, b, hkv, full, hi,
-                            offs_m, n_k, causal_shift, qk_scale,
-                            BLOCK_N, HEAD_DIM, True, CAUSAL, UPCAST, PRECISION)
+    dq = _attn_bwd_dq_inner(
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        desc_k,
+        desc_v,
+        b,
+        hkv,
+        0,
+        full,
+        offs_m,
+        n_k,
+        causal_shift,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        False,
+        CAUSAL,
+        UPCAST,
+        PRECISION,
+    )
+    dq = _attn_bwd_dq_inner(
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        desc_k,
+        desc_v,
+        b,
+        hkv,
+        full,
+        hi,
+        offs_m,
+        n_k,
+        causal_shift,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        True,
+        CAUSAL,
+        UPCAST,
+        PRECISION,
+    )
     dq = dq * sm_scale  # d(s * scale)/ds
     dq_ptrs = DQ + (q_row0 + offs_m).to(tl.int64)[:, None] * head_dim + offs_d[None, :]
-    tl.store(dq_ptrs, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None] & (offs_d < head_dim)[None, :])
+    tl.store(
+        dq_ptrs, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None] & (offs_d < head_dim)[None, :]
+    )
 
 
 @triton.jit
-def _attn_bwd_dkdv_inner(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b, h, q_row0, lo, hi,
-                         offs_n, n_q, n_k, causal_shift, qk_scale,
-                         BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
-                         CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_bwd_dkdv_inner(
+    dk,
+    dv,
+    k,
+    v,
+    desc_q,
+    desc_do,
+    LSE,
+    DELTA,
+    b,
+    h,
+    q_row0,
+    lo,
+    hi,
+    offs_n,
+    n_q,
+    n_k,
+    causal_shift,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dk += dS^T @ Q and dv += P^T @ dO over query blocks ``[lo, hi)`` of one query head.
 
     Works on transposed tiles, (BLOCK_N, BLOCK_M), so that each product's left operand is
@@ -287,30 +460,141 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b, h, q_row0
 
 
 @triton.jit
-def _attn_bwd_dkdv_head(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b, h, num_heads,
-                        lo, mid, full, tail, q_end, offs_n, n_q, n_k, causal_shift, qk_scale,
-                        BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
-                        UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_bwd_dkdv_head(
+    dk,
+    dv,
+    k,
+    v,
+    desc_q,
+    desc_do,
+    LSE,
+    DELTA,
+    b,
+    h,
+    num_heads,
+    lo,
+    mid,
+    full,
+    tail,
+    q_end,
+    offs_n,
+    n_q,
+    n_k,
+    causal_shift,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Accumulate one query head's share of dK and dV: its three ranges of query blocks."""
     q_row0 = (b * num_heads + h) * n_q
-    dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b, h, q_row0,
-                                  lo, mid, offs_n, n_q, n_k, causal_shift, qk_scale,
-                                  BLOCK_M, HEAD_DIM, True, CAUSAL, UPCAST, PRECISION)
-    dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b, h, q_row0,
-                                  mid, full, offs_n, n_q, n_k, causal_shift, qk_scale,
-                                  BLOCK_M, HEAD_DIM, False, CAUSAL, UPCAST, PRECISION)
-    dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b, h, q_row0,
-                                  tail, q_end, offs_n, n_q, n_k, causal_shift, qk_scale,
-                                  BLOCK_M, HEAD_DIM, True, CAUSAL, UPCAST, PRECISION)
+    dk, dv = _attn_bwd_dkdv_inner(
+        dk,
+        dv,
+        k,
+        v,
+        desc_q,
+        desc_do,
+        LSE,
+        DELTA,
+        b,
+        h,
+        q_row0,
+        lo,
+        mid,
+        offs_n,
+        n_q,
+        n_k,
+        causal_shift,
+        qk_scale,
+        BLOCK_M,
+        HEAD_DIM,
+        True,
+        CAUSAL,
+        UPCAST,
+        PRECISION,
+    )
+    dk, dv = _attn_bwd_dkdv_inner(
+        dk,
+        dv,
+        k,
+        v,
+        desc_q,
+        desc_do,
+        LSE,
+        DELTA,
+        b,
+        h,
+        q_row0,
+        mid,
+        full,
+        offs_n,
+        n_q,
+        n_k,
+        causal_shift,
+        qk_scale,
+        BLOCK_M,
+        HEAD_DIM,
+        False,
+        CAUSAL,
+        UPCAST,
+        PRECISION,
+    )
+    dk, dv = _attn_bwd_dkdv_inner(
+        dk,
+        dv,
+        k,
+        v,
+        desc_q,
+        desc_do,
+        LSE,
+        DELTA,
+        b,
+        h,
+        q_row0,
+        tail,
+        q_end,
+        offs_n,
+        n_q,
+        n_k,
+        causal_shift,
+        qk_scale,
+        BLOCK_M,
+        HEAD_DIM,
+        True,
+        CAUSAL,
+        UPCAST,
+        PRECISION,
+    )
     return dk, dv
 
 
 @triton.jit(do_not_specialize=_NOT_SPECIALIZED)
-def _attn_bwd_dkdv(desc_q, desc_k, desc_v, desc_do, DK, DV, LSE, DELTA, sm_scale,
-                   n_q, n_k, head_dim, num_heads, group_size,
-                   HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, GROUPED: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_bwd_dkdv(
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_do,
+    DK,
+    DV,
+    LSE,
+    DELTA,
+    sm_scale,
+    n_q,
+    n_k,
+    head_dim,
+    num_heads,
+    group_size,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    GROUPED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     num_n = tl.cdiv(n_k, BLOCK_N)
     pid = tl.program_id(0)
     bhk = pid // num_n  # b * Hkv + hkv
@@ -337,8 +621,10 @@ def _attn_bwd_dkdv(desc_q, desc_k, desc_v, desc_do, DK, DV, LSE, DELTA, sm_scale
         # Query i sees key j iff i >= j - shift: this block's first key is first seen by row
         # start_n - shift and its last key by row start_n + BLOCK_N - 1 - shift.
         lo = (tl.minimum(tl.maximum(start_n - causal_shift, 0), n_q) // BLOCK_M) * BLOCK_M
-        mid = tl.cdiv(tl.minimum(tl.maximum(start_n + BLOCK_N - 1 - causal_shift, 0), n_q),
-                      BLOCK_M) * BLOCK_M
+        mid = (
+            tl.cdiv(tl.minimum(tl.maximum(start_n + BLOCK_N - 1 - causal_shift, 0), n_q), BLOCK_M)
+            * BLOCK_M
+        )
     else:
         lo = 0
         mid = 0
@@ -347,16 +633,65 @@ def _attn_bwd_dkdv(desc_q, desc_k, desc_v, desc_do, DK, DV, LSE, DELTA, sm_scale
     tail = tl.maximum(mid, full)
     if GROUPED:
         for g in range(group_size):
-            dk, dv = _attn_bwd_dkdv_head(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b,
-                                         hkv * group_size + g, num_heads, lo, mid, full, tail, q_end,
-                                         offs_n, n_q, n_k, causal_shift, qk_scale,
-                                         BLOCK_M, HEAD_DIM, CAUSAL, UPCAST, PRECISION)
+            dk, dv = _attn_bwd_dkdv_head(
+                dk,
+                dv,
+                k,
+                v,
+                desc_q,
+                desc_do,
+                LSE,
+                DELTA,
+                b,
+                hkv * group_size + g,
+                num_heads,
+                lo,
+                mid,
+                full,
+                tail,
+                q_end,
+                offs_n,
+                n_q,
+                n_k,
+                causal_shift,
+                qk_scale,
+                BLOCK_M,
+                HEAD_DIM,
+                CAUSAL,
+                UPCAST,
+                PRECISION,
+            )
     else:
         # No loop over heads at all without grouping: around the three loops below it costs
         # registers (spills at D=128) even when it runs once.
-        dk, dv = _attn_bwd_dkdv_head(dk, dv, k, v, desc_q, desc_do, LSE, DELTA, b, hkv, num_heads,
-                                     lo, mid, full, tail, q_end, offs_n, n_q, n_k, causal_shift,
-                                     qk_scale, BLOCK_M, HEAD_DIM, CAUSAL, UPCAST, PRECISION)
+        dk, dv = _attn_bwd_dkdv_head(
+            dk,
+            dv,
+            k,
+            v,
+            desc_q,
+            desc_do,
+            LSE,
+            DELTA,
+            b,
+            hkv,
+            num_heads,
+            lo,
+            mid,
+            full,
+            tail,
+            q_end,
+            offs_n,
+            n_q,
+            n_k,
+            causal_shift,
+            qk_scale,
+            BLOCK_M,
+            HEAD_DIM,
+            CAUSAL,
+            UPCAST,
+            PRECISION,
+        )
     dk = dk * sm_scale
     col_ok = (offs_n < n_k)[:, None] & (offs_d < head_dim)[None, :]
     row = (kv_row0 + offs_n).to(tl.int64)[:, None] * head_dim + offs_d[None, :]
@@ -380,14 +715,17 @@ def _set_blocks(**blocks):
 
 
 _FWD_HOOK = _set_blocks(desc_q="BLOCK_M", desc_k="BLOCK_N", desc_v="BLOCK_N")
-_DQ_HOOK = _set_blocks(desc_q="BLOCK_M", desc_o="BLOCK_M", desc_do="BLOCK_M",
-                       desc_k="BLOCK_N", desc_v="BLOCK_N")
+_DQ_HOOK = _set_blocks(
+    desc_q="BLOCK_M", desc_o="BLOCK_M", desc_do="BLOCK_M", desc_k="BLOCK_N", desc_v="BLOCK_N"
+)
 _DKDV_HOOK = _set_blocks(desc_q="BLOCK_M", desc_do="BLOCK_M", desc_k="BLOCK_N", desc_v="BLOCK_N")
 
 
 def _configs(hook, table):
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=hook)
-            for bm, bn, w, s in table]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=hook)
+        for bm, bn, w, s in table
+    ]
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per padded head dim. Few: every config is compiled
@@ -423,8 +761,12 @@ else:
 
 # fp32 tiles take twice the shared memory and use no tensor-core path at full fp32 precision:
 # a few conservative configs that fit, chosen by head dim.
-_FP32_TABLE = {32: [(64, 32, 4, 2)], 64: [(64, 32, 4, 2)], 128: [(64, 32, 4, 2)],
-               256: [(32, 32, 4, 1)]}
+_FP32_TABLE = {
+    32: [(64, 32, 4, 2)],
+    64: [(64, 32, 4, 2)],
+    128: [(64, 32, 4, 2)],
+    256: [(32, 32, 4, 1)],
+}
 
 
 def _table_for(table, head_dim, dtype):
@@ -439,8 +781,11 @@ def _prune(table):
     def prune(configs, nargs, **kwargs):
         dtype = nargs["desc_q"].base.dtype  # every kernel's first argument
         wanted = set(_table_for(table, kwargs["HEAD_DIM"], dtype))
-        return [c for c in configs
-                if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in wanted]
+        return [
+            c
+            for c in configs
+            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in wanted
+        ]
 
     return prune
 
@@ -473,8 +818,11 @@ class _KeyArg:
 
 
 def _tuned(kernel_fn, hook, table):
-    return triton.autotune(_all_configs(hook, table), key=["LEN_KEY", "HEAD_DIM", "CAUSAL", "GROUPED"],
-                           prune_configs_by={"early_config_prune": _prune(table)})(_KeyArg(kernel_fn))
+    return triton.autotune(
+        _all_configs(hook, table),
+        key=["LEN_KEY", "HEAD_DIM", "CAUSAL", "GROUPED"],
+        prune_configs_by={"early_config_prune": _prune(table)},
+    )(_KeyArg(kernel_fn))
 
 
 _fwd = _tuned(_attn_fwd, _FWD_HOOK, _FWD_TABLE)
@@ -495,16 +843,24 @@ def _check(q, k, v, causal, sm_scale, *, kernel: bool) -> None:
             raise ValueError(f"{name} must have 4 dims (B, H, N, D), got shape {tuple(t.shape)}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be a bool, got {causal!r}")
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real)
-                                 or not math.isfinite(sm_scale) or sm_scale == 0):
+    if sm_scale is not None and (
+        isinstance(sm_scale, bool)
+        or not isinstance(sm_scale, numbers.Real)
+        or not math.isfinite(sm_scale)
+        or sm_scale == 0
+    ):
         raise ValueError(f"sm_scale must be a finite nonzero number or None, got {sm_scale!r}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
     (b, h, n_q, d), (bk, hk, n_k, dk) = q.shape, k.shape
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have one shape, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must have one shape, got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
     if bk != b:
         raise ValueError(f"q and k/v must have the same batch size, got {b} and {bk}")
     if dk != d:
@@ -512,7 +868,9 @@ def _check(q, k, v, causal, sm_scale, *, kernel: bool) -> None:
     if hk == 0 or h % hk:
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hk})")
     if min(b, h, n_q, n_k, d) == 0:
-        raise ValueError(f"q, k and v must be non-empty, got q {tuple(q.shape)} and k/v {tuple(k.shape)}")
+        raise ValueError(
+            f"q, k and v must be non-empty, got q {tuple(q.shape)} and k/v {tuple(k.shape)}"
+        )
     if not kernel:
         return
     if q.dtype not in SUPPORTED_DTYPES:
@@ -522,11 +880,14 @@ def _check(q, k, v, causal, sm_scale, *, kernel: bool) -> None:
         raise ValueError(f"head dim must be a multiple of 8 and at most {MAX_HEAD_DIM}, got {d}")
     if INTERPRET:
         if q.device.type != "cpu":
-            raise ValueError(f"under TRITON_INTERPRET=1 the kernels run on CPU tensors, got {q.device}")
+            raise ValueError(
+                f"under TRITON_INTERPRET=1 the kernels run on CPU tensors, got {q.device}"
+            )
     elif q.device.type != "cuda":
         raise ValueError(
             f"attention needs CUDA tensors, got {q.device}; set TRITON_INTERPRET=1 before "
-            f"importing reference_impls.attention to run the kernels on CPU (slowly)")
+            f"importing reference_impls.attention to run the kernels on CPU (slowly)"
+        )
 
 
 def _prepare(t: torch.Tensor) -> torch.Tensor:
@@ -538,7 +899,9 @@ def _prepare(t: torch.Tensor) -> torch.Tensor:
     """
     align = 16 // t.element_size()
     strides_ok = t.stride(-1) == 1 and all(
-        size == 1 or (stride > 0 and stride % align == 0) for size, stride in zip(t.shape[:-1], t.stride()[:-1]))
+        size == 1 or (stride > 0 and stride % align == 0)
+        for size, stride in zip(t.shape[:-1], t.stride()[:-1])
+    )
     if strides_ok and t.data_ptr() % 16 == 0:
         return t
     t = t.contiguous()
@@ -550,18 +913,25 @@ def _desc(t: torch.Tensor) -> TensorDescriptor:
     TMA zero-fills rows past N and columns past D, so no tile ever reads another head."""
     align = 16 // t.element_size()
     # A size-1 dim's stride is never used; give it one TMA accepts.
-    strides = [s if n > 1 else align * max(1, t.numel()) for n, s in zip(t.shape[:-1], t.stride()[:-1])]
-    return TensorDescriptor(t, shape=list(t.shape), strides=[*strides, 1], block_shape=[1, 1, 16, 16])
+    strides = [
+        s if n > 1 else align * max(1, t.numel()) for n, s in zip(t.shape[:-1], t.stride()[:-1])
+    ]
+    return TensorDescriptor(
+        t, shape=list(t.shape), strides=[*strides, 1], block_shape=[1, 1, 16, 16]
+    )
 
 
 def _launch_args(q, k, causal):
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     head_dim_pad = max(16, triton.next_power_of_2(d))
-    common = dict(HEAD_DIM=head_dim_pad, CAUSAL=causal,
-                  UPCAST=INTERPRET and q.dtype == torch.bfloat16,
-                  PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                  LEN_KEY=(triton.next_power_of_2(n_q), triton.next_power_of_2(n_k)))
+    common = dict(
+        HEAD_DIM=head_dim_pad,
+        CAUSAL=causal,
+        UPCAST=INTERPRET and q.dtype == torch.bfloat16,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        LEN_KEY=(triton.next_power_of_2(n_q), triton.next_power_of_2(n_k)),
+    )
     return (n_q, n_k, d, h, h // k.shape[1]), common
 
 
@@ -570,7 +940,6 @@ def _launch_args(q, k, causal):
 
 
 class _FlashAttention(torch.autograd.Function):
-
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale):
         q, k, v = _prepare(q), _prepare(k), _prepare(v)
@@ -579,8 +948,7 @@ class _FlashAttention(torch.autograd.Function):
         o = torch.empty(q.shape, device=q.device, dtype=q.dtype)  # (B, H, Nq, D), contiguous
         lse = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)  # base 2
         grid = lambda meta: (b * h * triton.cdiv(n_q, meta["BLOCK_M"]),)  # noqa: E731
-        _fwd[grid](_desc(q), _desc(k), _desc(v), o, lse, sm_scale,
-             *sizes, **common)
+        _fwd[grid](_desc(q), _desc(k), _desc(v), o, lse, sm_scale, *sizes, **common)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.sm_scale = causal, sm_scale
         return o
@@ -595,16 +963,44 @@ class _FlashAttention(torch.autograd.Function):
         dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
         delta = torch.empty_like(lse)  # (B, H, Nq) fp32, written by the dq kernel
         grid_dq = lambda meta: (b * h * triton.cdiv(n_q, meta["BLOCK_M"]),)  # noqa: E731
-        _bwd_dq[grid_dq](_desc(q), _desc(k), _desc(v), _desc(o),
-                _desc(do), dq, lse, delta, ctx.sm_scale, *sizes, **common)
+        _bwd_dq[grid_dq](
+            _desc(q),
+            _desc(k),
+            _desc(v),
+            _desc(o),
+            _desc(do),
+            dq,
+            lse,
+            delta,
+            ctx.sm_scale,
+            *sizes,
+            **common,
+        )
         grid_kv = lambda meta: (b * hk * triton.cdiv(n_k, meta["BLOCK_N"]),)  # noqa: E731
-        _bwd_dkdv[grid_kv](_desc(q), _desc(k), _desc(v), _desc(do),
-                  dk, dv, lse, delta, ctx.sm_scale, *sizes, GROUPED=hk != h, **common)
+        _bwd_dkdv[grid_kv](
+            _desc(q),
+            _desc(k),
+            _desc(v),
+            _desc(do),
+            dk,
+            dv,
+            lse,
+            delta,
+            ctx.sm_scale,
+            *sizes,
+            GROUPED=hk != h,
+            **common,
+        )
         return dq, dk, dv, None, None
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              sm_scale: float | None = None) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
     """softmax(q k^T * sm_scale [+ causal mask]) v, fused, differentiable.
 
     Args:
@@ -630,8 +1026,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 # The eager reference
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        sm_scale: float | None = None) -> torch.Tensor:
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
     """The same function as :func:`attention`, in plain PyTorch ops (any device, any float dtype).
 
     Matmuls run in the inputs' dtype and the softmax in fp32 (fp64 for fp64 inputs), as an

@@ -30,7 +30,11 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8",
 def default_cases() -> list[Case]:
     cases = []
     for dtype in DTYPES:
-        ops = ("sum", "mean", "max", "min") if not dtype.startswith(("int", "uint")) else ("sum", "max", "min")
+        ops = (
+            ("sum", "mean", "max", "min")
+            if not dtype.startswith(("int", "uint"))
+            else ("sum", "max", "min")
+        )
         for op in ops:
             for numel in SIZES:
                 cases.append(Case(numel=numel, dtype=dtype, op=op))
@@ -52,14 +56,20 @@ def check_rank(rank: int, world_size: int, device: str) -> list[str]:
     for name, value in errors.items():
         if name != "after" and value[0] not in ("RingMismatchError", "ValueError"):
             problems.append(f"rank {rank}: mismatched {name} did not raise, got {value}")
-    if not np.array_equal(errors["after"], np.full(10, world_size * (world_size + 1) / 2, np.float32)):
+    if not np.array_equal(
+        errors["after"], np.full(10, world_size * (world_size + 1) / 2, np.float32)
+    ):
         problems.append(f"rank {rank}: the call after the mismatches returned {errors['after']}")
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reference_impls.collectives", description=__doc__.split("\n")[0])
-    p.add_argument("--world-size", type=int, default=3, help="processes to start without torchrun (default 3)")
+    p = argparse.ArgumentParser(
+        prog="python -m reference_impls.collectives", description=__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--world-size", type=int, default=3, help="processes to start without torchrun (default 3)"
+    )
     args = p.parse_args(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         import torch

@@ -85,7 +85,7 @@ def environment(device: str) -> dict[str, str]:
     import torch
 
     env = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cpus": str(os.cpu_count()),
@@ -105,28 +105,46 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument(
-        "--world-sizes", default="2",
+        "--world-sizes",
+        default="2",
         help="comma-separated process counts (default 2; ignored under torchrun)",
     )
-    p.add_argument("--min-size", type=parse_size, default=parse_size("1K"), help="smallest buffer (default 1K)")
-    p.add_argument("--max-size", type=parse_size, default=parse_size("64M"), help="largest buffer (default 64M)")
+    p.add_argument(
+        "--min-size", type=parse_size, default=parse_size("1K"), help="smallest buffer (default 1K)"
+    )
+    p.add_argument(
+        "--max-size",
+        type=parse_size,
+        default=parse_size("64M"),
+        help="largest buffer (default 64M)",
+    )
     p.add_argument("--factor", type=int, default=4, help="size step (default 4)")
     p.add_argument(
-        "--impl", action="append", dest="impls",
+        "--impl",
+        action="append",
+        dest="impls",
         help=(
             "repeatable: all_reduce[:graph=1], ring[:segments=N][:check=0][:ctas=N][:graph=1] "
             "(default: all_reduce and ring)"
         ),
     )
-    p.add_argument("--rounds", type=int, default=5, help="timed rounds per size and impl (default 5)")
     p.add_argument(
-        "--round-s", type=float, default=None,
+        "--rounds", type=int, default=5, help="timed rounds per size and impl (default 5)"
+    )
+    p.add_argument(
+        "--round-s",
+        type=float,
+        default=None,
         help="target seconds per round (default 0.02 GPU, 0.2 CPU)",
     )
-    p.add_argument("--timeout-s", type=float, default=1800.0, help="limit per launch (default 1800)")
+    p.add_argument(
+        "--timeout-s", type=float, default=1800.0, help="limit per launch (default 1800)"
+    )
     p.add_argument("--json", default=None, help="also write every measurement to this file")
     p.add_argument(
-        "--trace-calls", type=int, default=0,
+        "--trace-calls",
+        type=int,
+        default=0,
         help="CUDA: profile this many calls per size and impl; each rank's GPU timeline goes to --json",
     )
     return p.parse_args(argv)
@@ -177,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                     "environment": env,
                     "measurements": [
                         dataclasses.asdict(m) | {"time_s": m.time_s, "busbw_gbs": m.busbw_gbs}
-                        for result in runs for m in result
+                        for result in runs
+                        for m in result
                     ],
                 },
                 f,

@@ -54,7 +54,9 @@ class BenchSpec:
     def __post_init__(self) -> None:
         for size in self.sizes:
             if size < 4 or size % 4:
-                raise ValueError(f"sizes are float32 buffers: multiples of 4 bytes >= 4, got {size}")
+                raise ValueError(
+                    f"sizes are float32 buffers: multiples of 4 bytes >= 4, got {size}"
+                )
         for impl in self.impls:
             parse_impl(impl)  # raises on a malformed one
         if self.device not in ("cpu", "cuda"):
@@ -121,11 +123,11 @@ def parse_impl(impl: str) -> Callable[[torch.Tensor], Callable[[], object]]:
         else:
             raise ValueError(f"impl {impl!r}: unknown setting {setting!r}; {usage}")
     if name == "all_reduce":
-        return _all_reduce_graph if graph else (lambda x: (lambda: dist.all_reduce(x)))
+        return _all_reduce_graph if graph else (lambda x: lambda: dist.all_reduce(x))
     config = RingConfig(**kwargs)
     if graph:
         return lambda x: RingGraph(x, config=config).replay
-    return lambda x: (lambda: ring_all_reduce(x, config=config))
+    return lambda x: lambda: ring_all_reduce(x, config=config)
 
 
 def _all_reduce_graph(x: torch.Tensor) -> Callable[[], object]:
@@ -182,7 +184,9 @@ def _timeline(call: Callable[[], object], calls: int) -> tuple[dict[str, object]
         prof.export_chrome_trace(f.name)
         with open(f.name) as trace:  # written by name: read it back the same way
             events = json.load(trace).get("traceEvents", [])
-    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    gpu = [
+        e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e
+    ]
     if not gpu:
         return ()
     t0 = min(e["ts"] for e in gpu)
@@ -238,7 +242,10 @@ def measure(rank: int, world_size: int, spec: BenchSpec) -> list[Measurement] | 
             for impl in order:
                 x.copy_(small)
                 times[impl].append(_time_calls(calls[impl], iters, spec.device))
-        traces = {impl: _timeline(calls[impl], spec.trace_calls) if spec.trace_calls else () for impl in spec.impls}
+        traces = {
+            impl: _timeline(calls[impl], spec.trace_calls) if spec.trace_calls else ()
+            for impl in spec.impls
+        }
         for impl in spec.impls:
             local.append((nbytes, impl, iters, times[impl], correct[impl], traces[impl]))
         del x, small, calls

@@ -160,7 +160,9 @@ def self_check(
     }
 
 
-def mismatch_errors(rank: int, world_size: int, device: str = "cpu") -> dict[str, tuple[str, str] | object]:
+def mismatch_errors(
+    rank: int, world_size: int, device: str = "cpu"
+) -> dict[str, tuple[str, str] | object]:
     """Call ``ring_all_reduce`` with arguments that differ between ranks; return what was raised.
 
     Returns {scenario: (exception type name, message)} plus ``"after"``: the result of a
@@ -225,7 +227,9 @@ def peer_exits(rank: int, world_size: int) -> tuple[str, str, float]:
     return "no error", "", time.perf_counter() - start
 
 
-def graph_replays(rank: int, world_size: int, case: Case, replays: int = 3) -> list[tuple[bool, bool]]:
+def graph_replays(
+    rank: int, world_size: int, case: Case, replays: int = 3
+) -> list[tuple[bool, bool]]:
     """Capture a :class:`RingGraph` of ``case`` on this rank's GPU and replay it ``replays`` times.
 
     Before each replay the captured tensor is refilled with this rank's input; returns, per

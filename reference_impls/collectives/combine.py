@@ -21,11 +21,15 @@ __all__ = ["COMBINE_OPS", "combine_"]
 
 COMBINE_OPS = ("sum", "max", "min")
 _BLOCK = 8192
-_NUM_WARPS = 8  # 256 threads a program: 64 KiB of loads in flight each, a few programs per SM at most
+_NUM_WARPS = (
+    8  # 256 threads a program: 64 KiB of loads in flight each, a few programs per SM at most
+)
 
 
 @triton.jit
-def _combine_kernel(dst_ptr, src_ptr, n, OP: tl.constexpr, UPCAST: tl.constexpr, BLOCK: tl.constexpr):
+def _combine_kernel(
+    dst_ptr, src_ptr, n, OP: tl.constexpr, UPCAST: tl.constexpr, BLOCK: tl.constexpr
+):
     pid = tl.program_id(0).to(tl.int64)
     step = tl.num_programs(0).to(tl.int64) * BLOCK
     for start in tl.range(pid * BLOCK, n, step):

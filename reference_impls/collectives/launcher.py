@@ -106,7 +106,9 @@ class LaunchConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
         if self.threads_per_rank is not None and self.threads_per_rank < 1:
-            raise ValueError(f"threads_per_rank must be None or >= 1, got {self.threads_per_rank!r}")
+            raise ValueError(
+                f"threads_per_rank must be None or >= 1, got {self.threads_per_rank!r}"
+            )
         if not self.grace_s >= 0:
             raise ValueError(f"grace_s must be >= 0 seconds, got {self.grace_s!r}")
         if self.start_method not in ("forkserver", "spawn"):
@@ -233,7 +235,10 @@ def _collect(readers, procs, config: LaunchConfig) -> list[Any]:
                 procs[rank].join(timeout=5)
                 code = procs[rank].exitcode
                 failures[rank] = RankFailure(
-                    rank, "exited", "ProcessExit", f"exited with code {code} without a result",
+                    rank,
+                    "exited",
+                    "ProcessExit",
+                    f"exited with code {code} without a result",
                     exitcode=code,
                 )
                 deadline = min(deadline, time.monotonic() + config.grace_s)
@@ -246,7 +251,9 @@ def _collect(readers, procs, config: LaunchConfig) -> list[Any]:
                 deadline = min(deadline, time.monotonic() + config.grace_s)
     for rank in sorted(open_ranks):
         failures[rank] = RankFailure(
-            rank, "timeout", "TimeoutError",
+            rank,
+            "timeout",
+            "TimeoutError",
             f"no result within the launch's time limit (timeout_s={config.timeout_s:g}, "
             f"grace_s={config.grace_s:g} after the first failure); killed",
         )

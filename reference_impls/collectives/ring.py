@@ -122,7 +122,11 @@ class RingConfig:
     torch's ops."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.segments, int) or isinstance(self.segments, bool) or self.segments < 1:
+        if (
+            not isinstance(self.segments, int)
+            or isinstance(self.segments, bool)
+            or self.segments < 1
+        ):
             raise ValueError(f"segments must be an int >= 1, got {self.segments!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be None or > 0 seconds, got {self.timeout_s!r}")
@@ -271,7 +275,9 @@ class _MetadataCheck:
             _wait(self.work, self.timeout_s)
         except RuntimeError as exc:
             raise self._peer_error(exc) from exc
-        table = self.table.view(self.n, len(self.row)).tolist()  # N x F; a host sync on NCCL-only groups
+        table = self.table.view(
+            self.n, len(self.row)
+        ).tolist()  # N x F; a host sync on NCCL-only groups
         if problem is not None:
             raise ValueError(problem)
         disagreements = []
@@ -291,7 +297,9 @@ class _MetadataCheck:
 
 def _describe(field: str, value: int) -> str:
     if field == "dtype":
-        return str(DTYPES[value]).removeprefix("torch.") if 0 <= value < len(DTYPES) else "unsupported"
+        return (
+            str(DTYPES[value]).removeprefix("torch.") if 0 <= value < len(DTYPES) else "unsupported"
+        )
     if field == "op":
         return repr(OPS[value]) if 0 <= value < len(OPS) else "unsupported"
     if field == "device":
@@ -441,7 +449,9 @@ class _Ring:
     def _pieces(self, s: int, t: int) -> tuple[str, int, tuple[int, int], tuple[int, int]]:
         phase, k = self.steps[t]
         send_chunk = int(RING_SCHEDULE.chunk_sent(phase, self.rank, k, self.n)) % self.n
-        recv_chunk = int(RING_SCHEDULE.chunk_sent(phase, (self.rank - 1) % self.n, k, self.n)) % self.n
+        recv_chunk = (
+            int(RING_SCHEDULE.chunk_sent(phase, (self.rank - 1) % self.n, k, self.n)) % self.n
+        )
         return phase, k, self.pieces[send_chunk][s], self.pieces[recv_chunk][s]
 
     def _issue(self, s: int, t: int) -> Sequence[dist.Work]:
@@ -485,7 +495,9 @@ class _Ring:
         if phase != REDUCE_SCATTER:
             return
         if recv_len:
-            mine = self.flat[recv_at : recv_at + recv_len]  # my copy of the received chunk's segment
+            mine = self.flat[
+                recv_at : recv_at + recv_len
+            ]  # my copy of the received chunk's segment
             incoming = self.scratch[s][:recv_len]
             if self.combine is not None:
                 self.combine(mine, incoming)
@@ -509,4 +521,3 @@ class _Ring:
             f"{self.prev_peer}; {_timeout_text(self.timeout_s)}): {exc}. A peer died, hung, or "
             "called a different collective"
         )
-

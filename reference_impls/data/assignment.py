@@ -61,8 +61,9 @@ class Segment:
         return self.stop - self.start
 
 
-def _check(total: int, world_size: int, rank: int, num_workers: int, worker: int,
-           uneven: str) -> None:
+def _check(
+    total: int, world_size: int, rank: int, num_workers: int, worker: int, uneven: str
+) -> None:
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
@@ -99,12 +100,14 @@ def rank_length(total: int, world_size: int, uneven: str = "pad") -> int:
 
 def worker_lengths(rank_len: int, num_workers: int) -> list[int]:
     """Samples each of a rank's DataLoader workers yields."""
-    return [(k + 1) * rank_len // num_workers - k * rank_len // num_workers
-            for k in range(num_workers)]
+    return [
+        (k + 1) * rank_len // num_workers - k * rank_len // num_workers for k in range(num_workers)
+    ]
 
 
-def _global_to_segments(order: Sequence[int], counts: Sequence[int], starts: Sequence[int],
-                        lo: int, hi: int, pad: bool) -> list[Segment]:
+def _global_to_segments(
+    order: Sequence[int], counts: Sequence[int], starts: Sequence[int], lo: int, hi: int, pad: bool
+) -> list[Segment]:
     """Global positions ``[lo, hi)`` as per-shard segments (``starts``: prefix sums)."""
     out: list[Segment] = []
     pos = lo
@@ -119,9 +122,18 @@ def _global_to_segments(order: Sequence[int], counts: Sequence[int], starts: Seq
     return out
 
 
-def plan_worker(counts: Sequence[int], *, seed: int, epoch: int, rank: int, world_size: int,
-                worker: int = 0, num_workers: int = 1, uneven: str = "pad",
-                shuffle_shards: bool = True) -> list[Segment]:
+def plan_worker(
+    counts: Sequence[int],
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    worker: int = 0,
+    num_workers: int = 1,
+    uneven: str = "pad",
+    shuffle_shards: bool = True,
+) -> list[Segment]:
     """The segments one worker of one rank reads this epoch, in reading order.
 
     ``counts``: samples per shard in manifest order. The result's total length is
@@ -154,8 +166,9 @@ def plan_worker(counts: Sequence[int], *, seed: int, epoch: int, rank: int, worl
         n = run_hi - run_lo
         s_lo, s_hi = max(a, offset), min(b, offset + n)
         if s_lo < s_hi:
-            segments += _global_to_segments(order, counts, starts, run_lo + s_lo - offset,
-                                            run_lo + s_hi - offset, pad)
+            segments += _global_to_segments(
+                order, counts, starts, run_lo + s_lo - offset, run_lo + s_hi - offset, pad
+            )
         offset += n
     return segments
 

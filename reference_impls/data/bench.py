@@ -44,10 +44,10 @@ import statistics
 import sys
 import tempfile
 import time
-from unittest import mock
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -80,8 +80,9 @@ COMPARISONS = [
 ]
 
 
-def _write_dataset(url: str, s3: S3Config, shards: int, shard_mb: float, sample_kb: float,
-                   seed: int) -> Manifest:
+def _write_dataset(
+    url: str, s3: S3Config, shards: int, shard_mb: float, sample_kb: float, seed: int
+) -> Manifest:
     rng = np.random.default_rng(seed)
     sample = int(sample_kb * 1000)
     pool = rng.bytes(64 << 20)  # samples are slices of one random pool: generation is not timed
@@ -92,8 +93,9 @@ def _write_dataset(url: str, s3: S3Config, shards: int, shard_mb: float, sample_
     with ShardWriter(url, config, s3=s3) as writer:
         for i in range(shards * per_shard):
             off = int(rng.integers(0, len(pool) - sample))
-            writer.write({"__key__": f"{i:08d}", "bin": pool[off : off + sample],
-                          "cls": str(i % 1000)})
+            writer.write(
+                {"__key__": f"{i:08d}", "bin": pool[off : off + sample], "cls": str(i % 1000)}
+            )
         return writer.close()
 
 
@@ -148,18 +150,27 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         server = SeaweedServer.start(workdir / "seaweedfs")
         endpoint = server.endpoint
         creds = server.credentials()
-        s3 = S3Config(endpoint_url=endpoint, access_key_id=creds["aws_access_key_id"],
-                      secret_access_key=creds["aws_secret_access_key"])
+        s3 = S3Config(
+            endpoint_url=endpoint,
+            access_key_id=creds["aws_access_key_id"],
+            secret_access_key=creds["aws_secret_access_key"],
+        )
     try:
         source = S3Source(f"s3://{args.bucket}/bench", s3)
         client = source.client()
         with contextlib.suppress(Exception):
             client.create_bucket(Bucket=args.bucket)
-        t_write, manifest = _timed(lambda: _write_dataset(
-            source.url, s3, args.shards, args.shard_mb, args.sample_kb, args.seed))
+        t_write, manifest = _timed(
+            lambda: _write_dataset(
+                source.url, s3, args.shards, args.shard_mb, args.sample_kb, args.seed
+            )
+        )
         total = manifest.total_bytes
-        print(f"wrote {len(manifest.shards)} shards, {total / 1e6:.0f} MB, "
-              f"{manifest.total_samples} samples in {t_write:.1f} s", file=sys.stderr)
+        print(
+            f"wrote {len(manifest.shards)} shards, {total / 1e6:.0f} MB, "
+            f"{manifest.total_samples} samples in {t_write:.1f} s",
+            file=sys.stderr,
+        )
         keys = [source.key(s.name) for s in manifest.shards]
         cache_dir = workdir / "cache"
 
@@ -170,7 +181,9 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         def raw_get() -> int:
             n = 0
             for key in keys:
-                for chunk in client.get_object(Bucket=args.bucket, Key=key)["Body"].iter_chunks(1 << 20):
+                for chunk in client.get_object(Bucket=args.bucket, Key=key)["Body"].iter_chunks(
+                    1 << 20
+                ):
                     n += len(chunk)
             return n
 
@@ -178,7 +191,7 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         import webdataset.gopen  # noqa: F401 - the module (the package re-exports a function)
 
         def open_s3(url: str, mode: str = "rb", bufsize: int = 8192, **_: Any) -> Any:
-            bucket, _, key = url[len("s3://"):].partition("/")
+            bucket, _, key = url[len("s3://") :].partition("/")
             return client.get_object(Bucket=bucket, Key=key)["Body"]
 
         sys.modules["webdataset.gopen"].gopen_schemes["s3"] = open_s3
@@ -189,8 +202,9 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
         def miss_epoch() -> int:  # streams and writes every shard into an emptied cache
             shutil.rmtree(cache_dir / "miss", ignore_errors=True)
-            return _consume(iter(dataset(cache_dir=str(cache_dir / "miss"),
-                                         cache_max_bytes=4 * total)))
+            return _consume(
+                iter(dataset(cache_dir=str(cache_dir / "miss"), cache_max_bytes=4 * total))
+            )
 
         # A warm cache for the hit rows (one epoch that fills it).
         warm = cache_dir / "warm"
@@ -201,13 +215,15 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
         def cache_hit(verify: str, *, parse: bool = False, **kw: Any) -> Callable[[], int]:
             def run() -> int:
-                ds = dataset(cache_dir=str(warm), cache_max_bytes=4 * total, cache_verify=verify,
-                             **kw)
+                ds = dataset(
+                    cache_dir=str(warm), cache_max_bytes=4 * total, cache_verify=verify, **kw
+                )
                 if not parse:
                     return _consume(iter(ds))
                 # The reader before the index: every hit hands over a map of the tar, parsed.
                 with mock.patch.object(ShardCache, "_index", _no_index):
                     return _consume(iter(ds))
+
             return run
 
         checker = ShardCache(warm, 4 * total)
@@ -279,8 +295,11 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
         # Time to first sample, first shard.
         first = manifest.shards[0]
-        ttfs: dict[str, list[float]] = {"stream": [], "download then parse (memory)": [],
-                                        "download to file then parse": []}
+        ttfs: dict[str, list[float]] = {
+            "stream": [],
+            "download then parse (memory)": [],
+            "download to file then parse": [],
+        }
         for _ in range(args.repeats):
             ds = dataset()  # built outside the timing, as a training job builds it once
             t0 = time.perf_counter()
@@ -306,8 +325,9 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             server.stop()
 
     result: dict[str, Any] = {
-        "command": " ".join([Path(sys.executable).name, "-m", "reference_impls.data.bench",
-                             *sys.argv[1:]]),
+        "command": " ".join(
+            [Path(sys.executable).name, "-m", "reference_impls.data.bench", *sys.argv[1:]]
+        ),
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "shards": len(manifest.shards),
@@ -319,11 +339,17 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "time_to_first_sample_s": {k: statistics.median(v) for k, v in ttfs.items()},
     }
     for name, ts in times.items():
-        result["rows"][name] = {"mb_s": total / statistics.median(ts) / 1e6,
-                                "mb_s_each": [round(total / t / 1e6, 1) for t in ts]}
+        result["rows"][name] = {
+            "mb_s": total / statistics.median(ts) / 1e6,
+            "mb_s_each": [round(total / t / 1e6, 1) for t in ts],
+        }
     result["comparisons"] = [
-        {"row": row, "baseline": base, "target": target,
-         "ratio": statistics.median(b / t for b, t in zip(times[base], times[row], strict=True))}
+        {
+            "row": row,
+            "baseline": base,
+            "target": target,
+            "ratio": statistics.median(b / t for b, t in zip(times[base], times[row], strict=True)),
+        }
         for row, base, target in COMPARISONS
     ]
     return result
@@ -342,8 +368,11 @@ def markdown(result: dict[str, Any]) -> str:
     for name, row in result["rows"].items():
         each = ", ".join(f"{v:.0f}" for v in row["mb_s_each"])
         lines.append(f"| {name} | {row['mb_s']:.0f} | {each} |")
-    lines += ["", "| row | vs | ratio (median of per-repeat ratios) | target | met |",
-              "|---|---|---:|---:|---|"]
+    lines += [
+        "",
+        "| row | vs | ratio (median of per-repeat ratios) | target | met |",
+        "|---|---|---:|---:|---|",
+    ]
     for c in result["comparisons"]:
         target = f">= {c['target']:.1f}x" if c["target"] is not None else ""
         met = "" if c["target"] is None else ("yes" if c["ratio"] >= c["target"] else "**no**")
@@ -355,8 +384,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference_impls.data.bench",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m reference_impls.data.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--shard-mb", type=float, default=64.0)
     parser.add_argument("--sample-kb", type=float, default=100.0)
@@ -364,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--endpoint", help="an existing S3 endpoint (default: start SeaweedFS)")
     parser.add_argument("--bucket", default="data-bench")
-    parser.add_argument("--workdir", help="where the server's data and the cache go (default: a temp dir)")
+    parser.add_argument(
+        "--workdir", help="where the server's data and the cache go (default: a temp dir)"
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     result = run(args)

@@ -129,8 +129,9 @@ class CachedShard:
     reports what is wrong. ``view`` is mapped on first use either way.
     """
 
-    def __init__(self, path: Path, fd: int, index: ShardIndex | None,
-                 mm: mmap.mmap | None = None) -> None:
+    def __init__(
+        self, path: Path, fd: int, index: ShardIndex | None, mm: mmap.mmap | None = None
+    ) -> None:
         self.path = path
         self.fd = fd
         self.index = index
@@ -197,9 +198,15 @@ class CacheWriter:
 class ShardCache:
     """Whole-shard cache in ``directory`` holding at most ``max_bytes``."""
 
-    def __init__(self, directory: str | os.PathLike[str], max_bytes: int, *,
-                 verify: str = "crc32", protected: Iterable[str | os.PathLike[str]] = (),
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        max_bytes: int,
+        *,
+        verify: str = "crc32",
+        protected: Iterable[str | os.PathLike[str]] = (),
+        metrics: Metrics | None = None,
+    ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"cache max_bytes must be > 0, got {max_bytes}")
         if verify not in _VERIFY:
@@ -331,11 +338,13 @@ class ShardCache:
             data = index_path(path).read_bytes()
         except OSError:  # missing (or unreadable): rebuilt from the tar
             return None
-        return ShardIndex.decode(data, size=shard.size, crc=int(m.group(2), 16),
-                                 sha256=shard.sha256)
+        return ShardIndex.decode(
+            data, size=shard.size, crc=int(m.group(2), 16), sha256=shard.sha256
+        )
 
-    def _index(self, path: Path, fd: int,
-               shard: ShardInfo) -> tuple[ShardIndex | None, mmap.mmap | None]:
+    def _index(
+        self, path: Path, fd: int, shard: ShardInfo
+    ) -> tuple[ShardIndex | None, mmap.mmap | None]:
         """The index of a verified hit: read from its file, else rebuilt from the tar (and
         written for the next hit). When the tar cannot be indexed (it does not parse), no
         index and the map the reader parses instead, so that it reports what is wrong."""
@@ -432,7 +441,8 @@ class ShardCache:
                 self.metrics.add(cache_skipped=1)
                 return None
             part = self.directory / (
-                f"{shard.sha256}.{shard.size}.{os.getpid()}.{secrets.token_hex(4)}.part")
+                f"{shard.sha256}.{shard.size}.{os.getpid()}.{secrets.token_hex(4)}.part"
+            )
             writer = CacheWriter(self, shard, part)  # creates the file: counted from now on
         return writer
 
@@ -488,4 +498,3 @@ class ShardCache:
             if _IDX.match(e.name):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(e.path)
-

@@ -146,8 +146,9 @@ def _ints(value: Any) -> list[int]:
 class ShardedDataset(IterableDataset):
     """Streams the shards of ``source`` (``s3://bucket/prefix`` or a local directory)."""
 
-    def __init__(self, source: Any, config: DatasetConfig | None = None, *,
-                 manifest: Manifest | None = None) -> None:
+    def __init__(
+        self, source: Any, config: DatasetConfig | None = None, *, manifest: Manifest | None = None
+    ) -> None:
         super().__init__()
         self.config = config or DatasetConfig()
         self.source = open_source(source, self.config.s3)
@@ -155,13 +156,22 @@ class ShardedDataset(IterableDataset):
         if self.config.world_size is not None:
             self.rank, self.world_size = self.config.rank, self.config.world_size
         elif torch.distributed.is_available() and torch.distributed.is_initialized():
-            self.rank, self.world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            self.rank, self.world_size = (
+                torch.distributed.get_rank(),
+                torch.distributed.get_world_size(),
+            )
         else:
             self.rank, self.world_size = 0, 1
         self._counts = [s.num_samples for s in self.manifest.shards]
         # Validates world size against the data (e.g. 'drop' with fewer samples than ranks).
-        plan_worker(self._counts, seed=self.config.seed, epoch=0, rank=self.rank,
-                    world_size=self.world_size, uneven=self.config.uneven)
+        plan_worker(
+            self._counts,
+            seed=self.config.seed,
+            epoch=0,
+            rank=self.rank,
+            world_size=self.world_size,
+            uneven=self.config.uneven,
+        )
         self.epoch = 0
         self._consumed: dict[int, int] = {}
         self._num_workers: int | None = None
@@ -193,8 +203,11 @@ class ShardedDataset(IterableDataset):
     def record(self, batch: dict[str, Any]) -> None:
         """Mark a sample or a collated batch as consumed (call after using it)."""
         try:
-            index, worker, workers = (batch["__index__"], batch["__worker__"],
-                                      batch["__num_workers__"])
+            index, worker, workers = (
+                batch["__index__"],
+                batch["__worker__"],
+                batch["__num_workers__"],
+            )
         except KeyError as exc:
             raise ValueError(
                 f"record() needs the {exc.args[0]!r} entry this dataset adds to every sample; "
@@ -229,16 +242,23 @@ class ShardedDataset(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a ShardedDataset state (format {state.get('format')!r}, "
-                             f"expected {STATE_FORMAT!r})")
+            raise ValueError(
+                f"not a ShardedDataset state (format {state.get('format')!r}, "
+                f"expected {STATE_FORMAT!r})"
+            )
         if state["manifest_sha256"] != self.manifest.digest:
             raise ValueError(
                 "the state is for a different dataset: its manifest sha256 is "
                 f"{state['manifest_sha256'][:16]}..., this one's {self.manifest.digest[:16]}..."
             )
-        mine = {"seed": self.config.seed, "shuffle_shards": self.config.shuffle_shards,
-                "shuffle_buffer": self.config.shuffle_buffer, "uneven": self.config.uneven,
-                "rank": self.rank, "world_size": self.world_size}
+        mine = {
+            "seed": self.config.seed,
+            "shuffle_shards": self.config.shuffle_shards,
+            "shuffle_buffer": self.config.shuffle_buffer,
+            "uneven": self.config.uneven,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
         for key, value in mine.items():
             if state[key] != value:
                 raise ValueError(
@@ -252,10 +272,17 @@ class ShardedDataset(IterableDataset):
     # ----------------------------------------------------------------------- iteration
     def plan(self, worker: int = 0, num_workers: int = 1) -> list[Segment]:
         """The segments one of this rank's workers reads in the current epoch."""
-        return plan_worker(self._counts, seed=self.config.seed, epoch=self.epoch,
-                           rank=self.rank, world_size=self.world_size, worker=worker,
-                           num_workers=num_workers, uneven=self.config.uneven,
-                           shuffle_shards=self.config.shuffle_shards)
+        return plan_worker(
+            self._counts,
+            seed=self.config.seed,
+            epoch=self.epoch,
+            rank=self.rank,
+            world_size=self.world_size,
+            worker=worker,
+            num_workers=num_workers,
+            uneven=self.config.uneven,
+            shuffle_shards=self.config.shuffle_shards,
+        )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -275,12 +302,15 @@ class ShardedDataset(IterableDataset):
             consumed = 0  # a fully consumed epoch iterated again starts over (same order)
         return self._iterate(segments, length, consumed, worker, workers)
 
-    def _iterate(self, segments: list[Segment], length: int, consumed: int, worker: int,
-                 workers: int) -> Iterator[dict[str, Any]]:
+    def _iterate(
+        self, segments: list[Segment], length: int, consumed: int, worker: int, workers: int
+    ) -> Iterator[dict[str, Any]]:
         cfg = self.config
         schedule = ShuffleSchedule(
-            length, cfg.shuffle_buffer,
-            key=f"{cfg.seed}/{self.epoch}/{self.rank}/{self.world_size}/{worker}/{workers}")
+            length,
+            cfg.shuffle_buffer,
+            key=f"{cfg.seed}/{self.epoch}/{self.rank}/{self.world_size}/{worker}/{workers}",
+        )
         schedule.advance(consumed)
         buffered, next_input = schedule.pending()
         first = min(buffered, default=next_input)
@@ -289,9 +319,11 @@ class ShardedDataset(IterableDataset):
         progress = None
         if cfg.progress:
             progress = ProgressDisplay(
-                length, interval_s=cfg.progress_interval_s,
+                length,
+                interval_s=cfg.progress_interval_s,
                 label=f"data epoch {self.epoch} rank {self.rank}/{self.world_size} "
-                      f"worker {worker}/{workers}")
+                f"worker {worker}/{workers}",
+            )
         have: dict[int, dict[str, Any]] = {}
         inputs = self._read(segments, first, worker, workers)
         metrics = self.metrics
@@ -345,11 +377,17 @@ class ShardedDataset(IterableDataset):
         if cfg.cache_dir is None:
             return None
         protected = [self.source.root] if isinstance(self.source, LocalSource) else []
-        return ShardCache(cfg.cache_dir, cfg.cache_max_bytes or 0, verify=cfg.cache_verify,
-                          protected=protected, metrics=self.metrics)
+        return ShardCache(
+            cfg.cache_dir,
+            cfg.cache_max_bytes or 0,
+            verify=cfg.cache_verify,
+            protected=protected,
+            metrics=self.metrics,
+        )
 
-    def _read(self, segments: list[Segment], first: int, worker: int,
-              workers: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    def _read(
+        self, segments: list[Segment], first: int, worker: int, workers: int
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
         """(position, sample) for every position >= ``first`` of this worker's input stream,
         with up to ``prefetch_depth`` shards being fetched ahead of the one being parsed."""
         cfg = self.config
@@ -370,10 +408,18 @@ class ShardedDataset(IterableDataset):
             nonlocal launched
             while launched < len(todo) and len(ahead) < up_to:
                 shard = self.manifest.shards[todo[launched][1].shard]
-                ahead.append(ShardFetch(
-                    self.source, shard, cache=cache, retry=cfg.retry,
-                    chunk_bytes=cfg.chunk_bytes, buffer_bytes=cfg.buffer_bytes,
-                    verify=cfg.verify_downloads, metrics=self.metrics).start())
+                ahead.append(
+                    ShardFetch(
+                        self.source,
+                        shard,
+                        cache=cache,
+                        retry=cfg.retry,
+                        chunk_bytes=cfg.chunk_bytes,
+                        buffer_bytes=cfg.buffer_bytes,
+                        verify=cfg.verify_downloads,
+                        metrics=self.metrics,
+                    ).start()
+                )
                 launched += 1
 
         try:
@@ -400,11 +446,21 @@ class ShardedDataset(IterableDataset):
                         # the samples iter_samples would build. pread releases the GIL, so the
                         # fetch threads keep checking the next shards meanwhile.
                         counts[0] = len(hit.index)
-                        samples = hit.index.samples(hit.fd, seg.start + skip, seg.stop,
-                                                    f"cached copy {hit.path} of shard {where}")
+                        samples = hit.index.samples(
+                            hit.fd,
+                            seg.start + skip,
+                            seg.stop,
+                            f"cached copy {hit.path} of shard {where}",
+                        )
                     else:
-                        samples = iter_samples(fetch.chunks(), where, skip=seg.start + skip,
-                                               stop=seg.stop, drain=to_end, counts=counts)
+                        samples = iter_samples(
+                            fetch.chunks(),
+                            where,
+                            skip=seg.start + skip,
+                            stop=seg.stop,
+                            drain=to_end,
+                            counts=counts,
+                        )
                     try:
                         for sample in samples:
                             sample["__shard__"] = name
@@ -420,7 +476,9 @@ class ShardedDataset(IterableDataset):
                         samples.close()
                 finally:
                     fetch.release()
-                if position != start + len(seg) - skip or (to_end and counts[0] != shard.num_samples):
+                if position != start + len(seg) - skip or (
+                    to_end and counts[0] != shard.num_samples
+                ):
                     raise ManifestMismatchError(
                         f"shard {where} holds {counts[0] if counts[0] >= 0 else 'fewer'} samples, "
                         f"the manifest says {shard.num_samples}; rebuild the manifest "
@@ -448,4 +506,3 @@ class ShardedDataset(IterableDataset):
                 released.remove(fetch)
                 if isinstance(fetch.error, ManifestMismatchError):
                     raise fetch.error
-

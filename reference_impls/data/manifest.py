@@ -102,10 +102,14 @@ class Manifest:
 
     # ----------------------------------------------------------------------- (de)serialising
     def to_json(self) -> str:
-        return json.dumps(
-            {"format": FORMAT, "shards": [dataclasses.asdict(s) for s in self.shards]},
-            indent=1, sort_keys=True,
-        ) + "\n"
+        return (
+            json.dumps(
+                {"format": FORMAT, "shards": [dataclasses.asdict(s) for s in self.shards]},
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n"
+        )
 
     @classmethod
     def from_json(cls, text: str | bytes, *, where: str = "manifest") -> Manifest:
@@ -157,6 +161,12 @@ def build_manifest(source: Any, names: Iterable[str] | None = None) -> Manifest:
         counts = [0]
         for _ in iter_samples([data], name, skip=1 << 62, counts=counts):
             pass
-        infos.append(ShardInfo(name=name, size=len(data), num_samples=counts[0],
-                               sha256=hashlib.sha256(data).hexdigest()))
+        infos.append(
+            ShardInfo(
+                name=name,
+                size=len(data),
+                num_samples=counts[0],
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+        )
     return Manifest(tuple(infos))

@@ -35,18 +35,18 @@ class Metrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.samples = 0            # samples yielded (pad samples included)
-        self.shards = 0             # shard reads completed
-        self.bytes_network = 0      # bytes received from the source (resumed bytes counted once)
-        self.bytes_cache = 0        # bytes served from the local cache
+        self.samples = 0  # samples yielded (pad samples included)
+        self.shards = 0  # shard reads completed
+        self.bytes_network = 0  # bytes received from the source (resumed bytes counted once)
+        self.bytes_cache = 0  # bytes served from the local cache
         self.cache_hits = 0
         self.cache_misses = 0
-        self.cache_corrupt = 0      # cached files that failed verification (deleted, refetched)
+        self.cache_corrupt = 0  # cached files that failed verification (deleted, refetched)
         self.cache_evictions = 0
-        self.cache_skipped = 0      # misses not cached: no room even after eviction
+        self.cache_skipped = 0  # misses not cached: no room even after eviction
         self.cache_index_rebuilds = 0  # hits whose sample index was missing or bad (rebuilt)
-        self.retries = 0            # ranged GETs re-issued after a failed or cut read
-        self.time_blocked_s = 0.0   # consumer waiting for bytes
+        self.retries = 0  # ranged GETs re-issued after a failed or cut read
+        self.time_blocked_s = 0.0  # consumer waiting for bytes
         self.started = time.monotonic()
 
     def add(self, **counts: float) -> None:
@@ -78,8 +78,14 @@ class ProgressDisplay:
     """Prints ``label: 1,234/5,000 samples (24.7%) | 312.4 MB/s | cache 10 hit 2 miss | ...``
     at most every ``interval_s`` seconds (carriage-return updates on a terminal)."""
 
-    def __init__(self, total: int, *, label: str = "data", interval_s: float = 5.0,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        label: str = "data",
+        interval_s: float = 5.0,
+        stream: TextIO | None = None,
+    ) -> None:
         self.total = total
         self.label = label
         self.interval_s = interval_s

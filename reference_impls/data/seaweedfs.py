@@ -116,8 +116,14 @@ class SeaweedServer:
 
     # ----------------------------------------------------------------------- lifecycle
     @classmethod
-    def start(cls, workdir: str | os.PathLike[str], *, weed: str | None = None,
-              ready_timeout_s: float = 30.0, attempts: int = 3) -> SeaweedServer:
+    def start(
+        cls,
+        workdir: str | os.PathLike[str],
+        *,
+        weed: str | None = None,
+        ready_timeout_s: float = 30.0,
+        attempts: int = 3,
+    ) -> SeaweedServer:
         """Start a server in a fresh directory and wait until a PUT+GET round trip works.
 
         Port races (a port drawn free and taken before weed binds it) make weed exit at once;
@@ -173,8 +179,14 @@ class SeaweedServer:
         # leaving an orphan holding ports. (It fires when the *thread* that started it exits:
         # start and restart servers from a thread that outlives them, e.g. the main thread.)
         self.process = subprocess.Popen(
-            args, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            args,
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         _LIVE.add(self)
 
@@ -192,8 +204,9 @@ class SeaweedServer:
                 )
             try:
                 client = self.client(connect_timeout=1.0, read_timeout=2.0)
-                with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou,
-                                         client.exceptions.BucketAlreadyExists):
+                with contextlib.suppress(
+                    client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists
+                ):
                     client.create_bucket(Bucket=bucket)
                 client.put_object(Bucket=bucket, Key="probe", Body=body)
                 if client.get_object(Bucket=bucket, Key="probe")["Body"].read() == body:
@@ -202,8 +215,10 @@ class SeaweedServer:
             except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.2)
-        raise SeaweedError(f"SeaweedFS not ready after {timeout_s:.0f} s (last: {last}); "
-                           f"log tail:\n{self.log_tail()}")
+        raise SeaweedError(
+            f"SeaweedFS not ready after {timeout_s:.0f} s (last: {last}); "
+            f"log tail:\n{self.log_tail()}"
+        )
 
     def kill(self) -> None:
         """SIGKILL the server (a crash: no shutdown handlers run). Data on disk stays."""
@@ -256,8 +271,14 @@ class SeaweedServer:
     def credentials(self) -> dict[str, str]:
         return {"aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
 
-    def client(self, *, endpoint: str | None = None, connect_timeout: float = 5.0,
-               read_timeout: float = 30.0, **config: Any) -> Any:
+    def client(
+        self,
+        *,
+        endpoint: str | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        **config: Any,
+    ) -> Any:
         """A boto3 S3 client for this server (or for ``endpoint``, e.g. a proxy in front of it)."""
         import boto3
         from botocore.config import Config
@@ -266,9 +287,13 @@ class SeaweedServer:
             "s3",
             endpoint_url=endpoint or self.endpoint,
             region_name="us-east-1",
-            config=Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
-                          retries={"total_max_attempts": 1},
-                          s3={"addressing_style": "path"}, **config),
+            config=Config(
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                retries={"total_max_attempts": 1},
+                s3={"addressing_style": "path"},
+                **config,
+            ),
             **self.credentials(),
         )
 

@@ -68,8 +68,14 @@ class ShardIndex:
 
     __slots__ = ("keys", "layouts", "starts", "sizes", "inline")
 
-    def __init__(self, keys: list[str], layouts: list[tuple[str, ...]], starts: list[int],
-                 sizes: list[int], inline: list[bytes | None]) -> None:
+    def __init__(
+        self,
+        keys: list[str],
+        layouts: list[tuple[str, ...]],
+        starts: list[int],
+        sizes: list[int],
+        inline: list[bytes | None],
+    ) -> None:
         self.keys = keys
         self.layouts = layouts
         self.starts = starts
@@ -81,7 +87,8 @@ class ShardIndex:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ShardIndex) and all(
-            getattr(self, name) == getattr(other, name) for name in self.__slots__)
+            getattr(self, name) == getattr(other, name) for name in self.__slots__
+        )
 
     def __repr__(self) -> str:
         return f"ShardIndex({len(self.keys)} samples, {len(self.starts)} members)"
@@ -114,8 +121,7 @@ class ShardIndex:
                     exts.append(ext)
                     starts.append(off)
                     sizes.append(size)
-                    inline.append(view[off : off + size].tobytes() if size <= INLINE_MAX
-                                  else None)
+                    inline.append(view[off : off + size].tobytes() if size <= INLINE_MAX else None)
                 keys.append(key)
                 layout = tuple(exts)
                 layouts.append(shared.setdefault(layout, layout))
@@ -168,17 +174,30 @@ class ShardIndex:
         if max(len(keys), len(ids), len(keys_blob), len(exts_blob)) > _MAX_U32:
             return None
         inline_blob = b"".join(v for v in self.inline if v is not None)
-        body = b"".join([
-            _HEADER.pack(INDEX_MAGIC, size, crc, bytes.fromhex(sha256), len(keys), len(ids),
-                         len(exts), INLINE_MAX),
-            np.asarray(counts, dtype="<u4").tobytes(),
-            np.asarray(ids, dtype="<u4").tobytes(),
-            np.asarray(self.starts, dtype="<u8").tobytes(),
-            np.asarray(self.sizes, dtype="<u8").tobytes(),
-            _U32.pack(len(keys_blob)), keys_blob,
-            _U32.pack(len(exts_blob)), exts_blob,
-            _U64.pack(len(inline_blob)), inline_blob,
-        ])
+        body = b"".join(
+            [
+                _HEADER.pack(
+                    INDEX_MAGIC,
+                    size,
+                    crc,
+                    bytes.fromhex(sha256),
+                    len(keys),
+                    len(ids),
+                    len(exts),
+                    INLINE_MAX,
+                ),
+                np.asarray(counts, dtype="<u4").tobytes(),
+                np.asarray(ids, dtype="<u4").tobytes(),
+                np.asarray(self.starts, dtype="<u8").tobytes(),
+                np.asarray(self.sizes, dtype="<u8").tobytes(),
+                _U32.pack(len(keys_blob)),
+                keys_blob,
+                _U32.pack(len(exts_blob)),
+                exts_blob,
+                _U64.pack(len(inline_blob)),
+                inline_blob,
+            ]
+        )
         return body + hashlib.sha256(body).digest()
 
     @classmethod
@@ -223,8 +242,12 @@ class ShardIndex:
         small = sizes <= limit
         if m:
             ends = starts + sizes
-            if (int(ids.max()) >= e or bool((ends < starts).any()) or int(ends[-1]) > size
-                    or bool((starts[1:] < ends[:-1]).any())):
+            if (
+                int(ids.max()) >= e
+                or bool((ends < starts).any())
+                or int(ends[-1]) > size
+                or bool((starts[1:] < ends[:-1]).any())
+            ):
                 return None
         if int(sizes[small].sum(dtype=np.uint64)) != len(inline_blob):
             return None

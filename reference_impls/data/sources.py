@@ -22,7 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import DataError, ManifestError, ManifestMismatchError, ShardNotFoundError, ShardReadError
+from .errors import (
+    DataError,
+    ManifestError,
+    ManifestMismatchError,
+    ShardNotFoundError,
+    ShardReadError,
+)
 from .manifest import MANIFEST_NAME, Manifest
 
 __all__ = [
@@ -230,8 +236,15 @@ def _client_error_code(exc: BaseException) -> tuple[str, int]:
     return code, status
 
 
-_TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
-                    "RequestTimeTooSkewed", "503", "500"}
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "503",
+    "500",
+}
 
 
 class IncompleteResponseError(Exception):
@@ -253,9 +266,18 @@ def is_transient(exc: BaseException) -> bool:
         return status >= 500 or code in _TRANSIENT_CODES
     # HTTPClientError covers ConnectionClosedError and ReadTimeoutError (which are not
     # botocore ConnectionErrors); urllib3's HTTPError what a raw body read raises.
-    return isinstance(exc, (bce.ConnectionError, bce.HTTPClientError, bce.ResponseStreamingError,
-                            bce.IncompleteReadError, u3e.HTTPError, http.client.HTTPException,
-                            OSError))
+    return isinstance(
+        exc,
+        (
+            bce.ConnectionError,
+            bce.HTTPClientError,
+            bce.ResponseStreamingError,
+            bce.IncompleteReadError,
+            u3e.HTTPError,
+            http.client.HTTPException,
+            OSError,
+        ),
+    )
 
 
 class _S3Range:
@@ -278,16 +300,20 @@ class _S3Range:
                 first = int(span.split("-")[0])
                 self.total_size = int(total)
             except ValueError:
-                raise IncompleteResponseError(f"malformed Content-Range {content_range!r}") from None
+                raise IncompleteResponseError(
+                    f"malformed Content-Range {content_range!r}"
+                ) from None
             if first != start:
                 raise IncompleteResponseError(
-                    f"asked for bytes from {start}, got Content-Range {content_range!r}")
+                    f"asked for bytes from {start}, got Content-Range {content_range!r}"
+                )
         elif start == 0 and length is not None:
             self.total_size = int(length)
         else:
             raise IncompleteResponseError(
                 f"response to GET Range: bytes={start}- has no Content-Range"
-                + ("" if length is not None else " and no Content-Length (headers cut?)"))
+                + ("" if length is not None else " and no Content-Length (headers cut?)")
+            )
 
     def read(self, n: int) -> bytes:
         return self._raw.read(n)
@@ -318,10 +344,16 @@ class _S3Sink:
         client = self._source.client()
         if self._upload_id is None:
             self._upload_id = client.create_multipart_upload(
-                Bucket=self._source.bucket, Key=self._key)["UploadId"]
+                Bucket=self._source.bucket, Key=self._key
+            )["UploadId"]
         number = len(self._parts) + 1
-        etag = client.upload_part(Bucket=self._source.bucket, Key=self._key, PartNumber=number,
-                                  UploadId=self._upload_id, Body=data)["ETag"]
+        etag = client.upload_part(
+            Bucket=self._source.bucket,
+            Key=self._key,
+            PartNumber=number,
+            UploadId=self._upload_id,
+            Body=data,
+        )["ETag"]
         self._parts.append({"PartNumber": number, "ETag": etag})
 
     def commit(self) -> None:
@@ -333,8 +365,11 @@ class _S3Sink:
                 if self._buf:
                     self._upload_part(bytes(self._buf))
                 client.complete_multipart_upload(
-                    Bucket=self._source.bucket, Key=self._key, UploadId=self._upload_id,
-                    MultipartUpload={"Parts": self._parts})
+                    Bucket=self._source.bucket,
+                    Key=self._key,
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": self._parts},
+                )
         except Exception as exc:
             self.abort()
             raise self._source.translate(exc, self._key, writing=True) from exc
@@ -344,7 +379,8 @@ class _S3Sink:
         if self._upload_id is not None:
             try:
                 self._source.client().abort_multipart_upload(
-                    Bucket=self._source.bucket, Key=self._key, UploadId=self._upload_id)
+                    Bucket=self._source.bucket, Key=self._key, UploadId=self._upload_id
+                )
             except Exception:  # noqa: BLE001 - best effort; the original error matters more
                 pass
             self._upload_id = None
@@ -353,8 +389,12 @@ class _S3Sink:
 class S3Source:
     """Shards as objects under ``s3://bucket/prefix/``."""
 
-    def __init__(self, url: str, config: S3Config | None = None,
-                 client_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        config: S3Config | None = None,
+        client_factory: Callable[[], Any] | None = None,
+    ) -> None:
         if not url.startswith("s3://"):
             raise ValueError(f"an S3 source URL looks like s3://bucket/prefix, got {url!r}")
         bucket, _, prefix = url[len("s3://") :].partition("/")
@@ -406,12 +446,17 @@ class S3Source:
         c = self.config
         creds = {}
         if c.access_key_id is not None:
-            creds = {"aws_access_key_id": c.access_key_id,
-                     "aws_secret_access_key": c.secret_access_key}
+            creds = {
+                "aws_access_key_id": c.access_key_id,
+                "aws_secret_access_key": c.secret_access_key,
+            }
         return boto3.client(
-            "s3", endpoint_url=c.endpoint_url, region_name=c.region,
+            "s3",
+            endpoint_url=c.endpoint_url,
+            region_name=c.region,
             config=Config(
-                connect_timeout=c.connect_timeout_s, read_timeout=c.read_timeout_s,
+                connect_timeout=c.connect_timeout_s,
+                read_timeout=c.read_timeout_s,
                 max_pool_connections=c.max_pool_connections,
                 # One place decides about retries (stream.RetryPolicy): botocore's own retries
                 # would multiply its bound and cannot resume a body cut mid-read anyway.
@@ -446,14 +491,17 @@ class S3Source:
             )
         if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
             verb = "write" if writing else "read"
-            return ShardReadError(f"{where}: access denied ({code}); check the credentials that may {verb} it")
+            return ShardReadError(
+                f"{where}: access denied ({code}); check the credentials that may {verb} it"
+            )
         return exc
 
     def open_range(self, name: str, start: int) -> RangeReader:
         key = self.key(name)
         try:
-            response = self.client().get_object(Bucket=self.bucket, Key=key,
-                                                 Range=f"bytes={start}-")
+            response = self.client().get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={start}-"
+            )
         except Exception as exc:
             raise self.translate(exc, key) from exc
         try:
@@ -521,4 +569,3 @@ def open_source(source: Any, s3: S3Config | None = None) -> Source:
     if "://" in text and not text.startswith("file://"):
         raise ValueError(f"unsupported source {text!r}: use s3://bucket/prefix or a local path")
     return LocalSource(text)
-

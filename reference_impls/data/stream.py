@@ -97,9 +97,18 @@ _NONE = object()
 class ShardFetch:
     """The bytes of one shard, produced in a background thread (see the module docstring)."""
 
-    def __init__(self, source: Source, shard: ShardInfo, *, cache: ShardCache | None,
-                 retry: RetryConfig, chunk_bytes: int, buffer_bytes: int, verify: bool,
-                 metrics: Metrics) -> None:
+    def __init__(
+        self,
+        source: Source,
+        shard: ShardInfo,
+        *,
+        cache: ShardCache | None,
+        retry: RetryConfig,
+        chunk_bytes: int,
+        buffer_bytes: int,
+        verify: bool,
+        metrics: Metrics,
+    ) -> None:
         self.source = source
         self.shard = shard
         self._cache = cache

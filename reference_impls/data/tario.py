@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 import tarfile
-from zlib import adler32
 from collections.abc import Iterable, Iterator
 from typing import Any
+from zlib import adler32
 
 from .errors import ShardFormatError
 
@@ -212,9 +212,16 @@ def _pax_records(data: bytes, shard: str, offset: int) -> dict[str, str]:
     return records
 
 
-def iter_samples(chunks: Iterable[Any], shard: str, *, skip: int = 0, stop: int | None = None,
-                 drain: bool = True, counts: list[int] | None = None, locate: bool = False,
-                 ) -> Iterator[dict[str, Any]]:
+def iter_samples(
+    chunks: Iterable[Any],
+    shard: str,
+    *,
+    skip: int = 0,
+    stop: int | None = None,
+    drain: bool = True,
+    counts: list[int] | None = None,
+    locate: bool = False,
+) -> Iterator[dict[str, Any]]:
     """Samples (``{"__key__": key, ext: bytes, ...}``) of one shard streamed as ``chunks``.
 
     Yields the samples with index in ``[skip, stop)``; the ones before ``skip`` are passed over
@@ -280,8 +287,11 @@ def iter_samples(chunks: Iterable[Any], shard: str, *, skip: int = 0, stop: int 
         # KEY.EXT split as split_key() does, inlined (this loop runs once per member).
         slash = name.rfind("/")
         dot = name.find(".", slash + 1)
-        if dot <= slash + 1 or typ not in (0x30, 0x00, 0x37) or (
-                name.startswith("__") and _META.match(name)):
+        if (
+            dot <= slash + 1
+            or typ not in (0x30, 0x00, 0x37)
+            or (name.startswith("__") and _META.match(name))
+        ):
             cur.skip(padded, "member data")
             continue
         k, ext = name[:dot], name[dot + 1 :].lower()

@@ -102,8 +102,9 @@ def _encode_fields(sample: dict[str, Any]) -> tuple[str, dict[str, bytes]]:
 class ShardWriter:
     """Append samples; shards are cut and uploaded as they fill; ``close()`` writes the manifest."""
 
-    def __init__(self, destination: Any, config: WriterConfig | None = None, *,
-                 s3: S3Config | None = None) -> None:
+    def __init__(
+        self, destination: Any, config: WriterConfig | None = None, *, s3: S3Config | None = None
+    ) -> None:
         self.config = config or WriterConfig()
         self.source: Source = open_source(destination, s3)
         self.shards: list[ShardInfo] = []
@@ -134,8 +135,10 @@ class ShardWriter:
             raise ValueError(f"sample key {key!r} repeats the previous sample's key")
         parts = sample_bytes(key, fields, mtime=self.config.mtime)
         nbytes = sum(len(p) for p in parts)
-        if self._sink is not None and self._count and (
-            self._size + nbytes + len(END_OF_ARCHIVE) > self.config.target_shard_bytes
+        if (
+            self._sink is not None
+            and self._count
+            and (self._size + nbytes + len(END_OF_ARCHIVE) > self.config.target_shard_bytes)
         ):
             self._finish_shard()
         if self._sink is None:
@@ -154,8 +157,14 @@ class ShardWriter:
         self._sink.write(END_OF_ARCHIVE)
         self._hash.update(END_OF_ARCHIVE)
         self._sink.commit()
-        self.shards.append(ShardInfo(name=self._name, size=self._size + len(END_OF_ARCHIVE),
-                                     num_samples=self._count, sha256=self._hash.hexdigest()))
+        self.shards.append(
+            ShardInfo(
+                name=self._name,
+                size=self._size + len(END_OF_ARCHIVE),
+                num_samples=self._count,
+                sha256=self._hash.hexdigest(),
+            )
+        )
         self._sink = None
         self._last_key = None
 

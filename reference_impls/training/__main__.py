@@ -47,7 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "never: refuse a directory that holds checkpoints; require: fail without one",
     )
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a config value (dotted key, TOML value), e.g. --set model.dropout=0.1",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

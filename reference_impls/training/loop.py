@@ -208,7 +208,9 @@ class Trainer:
             kept = self.store.set_aside(problem.path)
             log.warning(
                 "%s; resuming from %s instead (the damaged file is kept as %s)",
-                problem, point.path, kept,
+                problem,
+                point.path,
+                kept,
             )
             skipped.append(str(problem))
         for diff in config_differences(point.state["config"], self.config.to_dict()):
@@ -230,7 +232,8 @@ class Trainer:
             log.warning(
                 "checkpoint written by %d rank(s) has no RNG state for rank %d: it draws from a "
                 "new seeded stream, so this run will not repeat the original bit for bit",
-                state["world_size"], self.dist.rank,
+                state["world_size"],
+                self.dist.rank,
             )
             seed_all(derive_seed(self.config.seed, "rank", self.dist.rank, "step", self.step))
 

@@ -246,9 +246,11 @@ def _worker(args: argparse.Namespace) -> int:
             case["tflops_per_gpu"] = flops_per_sample * local / (case["ddp_ms"] * 1e-3) / 1e12
             cases.append(case)
             if ctx.is_main:
-                _log(f"[w{world}] {precision} local batch {local}: DDP {case['ddp_ms']:.3f} ms"
-                     + (f", no_sync {case['no_sync_ms']:.3f} ms" if ddp else "")
-                     + f", {case['tflops_per_gpu']:.1f} TFLOP/s per GPU")
+                _log(
+                    f"[w{world}] {precision} local batch {local}: DDP {case['ddp_ms']:.3f} ms"
+                    + (f", no_sync {case['no_sync_ms']:.3f} ms" if ddp else "")
+                    + f", {case['tflops_per_gpu']:.1f} TFLOP/s per GPU"
+                )
             del x, y
 
     comm: dict[str, Any] = {}
@@ -267,8 +269,9 @@ def _worker(args: argparse.Namespace) -> int:
         t_flat = _time_steps(flat_all_reduce, args.comm_reps, device)
         comm["flat_all_reduce_ms"] = _median_ms(t_flat)
         comm["flat_bytes"] = 4 * n_params
-        comm["flat_busbw_GBps"] = 4 * n_params * 2 * (world - 1) / world / (
-            comm["flat_all_reduce_ms"] * 1e-3) / 1e9
+        comm["flat_busbw_GBps"] = (
+            4 * n_params * 2 * (world - 1) / world / (comm["flat_all_reduce_ms"] * 1e-3) / 1e9
+        )
         del flat
         if bucket_sizes:
             buckets = [torch.randn(max(1, b // 4), device=device) for b in bucket_sizes]
@@ -302,10 +305,16 @@ def _worker(args: argparse.Namespace) -> int:
                 "val_every_steps": 10**9,  # only the last step is validated (and checkpointed)
                 "progress": False,
                 "device": args.device,
-                "model": {"in_features": args.in_features, "hidden": list(hidden),
-                          "out_features": 1},
-                "data": {"num_train": 4 * args.global_batch, "num_val": 256,
-                         "batch_size": args.global_batch},
+                "model": {
+                    "in_features": args.in_features,
+                    "hidden": list(hidden),
+                    "out_features": 1,
+                },
+                "data": {
+                    "num_train": 4 * args.global_batch,
+                    "num_val": 256,
+                    "batch_size": args.global_batch,
+                },
                 "optimizer": {"name": "adam", "lr": 1e-5},
                 "early_stopping": {"patience": None},
             },
@@ -316,7 +325,7 @@ def _worker(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         result = Trainer(config, run_dir, callbacks=[clock], dist=ctx).run(resume="never")
         wall = time.perf_counter() - started
-        times = clock.times[args.warmup:]  # clock.times[i]: step i+2 (step 1 has no start mark)
+        times = clock.times[args.warmup :]  # clock.times[i]: step i+2 (step 1 has no start mark)
         trainer_result = {
             "steps": result.step,
             "steps_timed": len(times),
@@ -355,10 +364,16 @@ def _run(command: list[str], *, timeout: float, env: dict[str, str]) -> subproce
             command, capture_output=True, text=True, timeout=max(5.0, timeout), env=env
         )
     except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (
-            exc.stdout or "")
-        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (
-            exc.stderr or "")
+        out = (
+            (exc.stdout or b"").decode(errors="replace")
+            if isinstance(exc.stdout, bytes)
+            else (exc.stdout or "")
+        )
+        err = (
+            (exc.stderr or b"").decode(errors="replace")
+            if isinstance(exc.stderr, bytes)
+            else (exc.stderr or "")
+        )
         _log(out[-3000:], err[-3000:], f"TIMEOUT after {timeout:.0f} s")
         return subprocess.CompletedProcess(command, 124, out, err)
     _log(proc.stdout[-4000:].rstrip())
@@ -384,27 +399,37 @@ def _results(lines: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: r.get("rank", 0))
 
 
-def _cli_check(args: argparse.Namespace, scratch: Path, env: dict[str, str],
-               remaining: Callable[[], float]) -> dict[str, Any]:
+def _cli_check(
+    args: argparse.Namespace, scratch: Path, env: dict[str, str], remaining: Callable[[], float]
+) -> dict[str, Any]:
     """The entry point under torchrun on the device: 2 ranks, 3 epochs, resume to 5; 1 rank to 5."""
     config = scratch / "cli.toml"
     config.write_text(CLI_CONFIG.format(device=args.device))
     module = ["-m", "reference_impls.training", "--config", str(config), "--no-progress"]
     ranks = min(2, max(args.gpus))
-    report: dict[str, Any] = {"config": CLI_CONFIG.format(device=args.device).strip(),
-                              "ranks": ranks}
+    report: dict[str, Any] = {
+        "config": CLI_CONFIG.format(device=args.device).strip(),
+        "ranks": ranks,
+    }
     steps = [
         ("distributed_3_epochs", ranks, scratch / "cli-dist", ["--resume", "never"]),
-        ("distributed_resumed_to_5", ranks, scratch / "cli-dist",
-         ["--resume", "require", "--set", "max_epochs=5"]),
+        (
+            "distributed_resumed_to_5",
+            ranks,
+            scratch / "cli-dist",
+            ["--resume", "require", "--set", "max_epochs=5"],
+        ),
         ("single_5_epochs", 1, scratch / "cli-single", ["--set", "max_epochs=5"]),
     ]
     for name, nproc, run_dir, extra in steps:
         if remaining() < 30:
             report[name] = {"skipped": "time budget"}
             continue
-        proc = _run([*_launcher(nproc), *module, "--run-dir", str(run_dir), *extra],
-                    timeout=min(150.0, remaining() - 10), env=env)
+        proc = _run(
+            [*_launcher(nproc), *module, "--run-dir", str(run_dir), *extra],
+            timeout=min(150.0, remaining() - 10),
+            env=env,
+        )
         report[name] = {
             "exit": proc.returncode,
             "results": _results(proc.stdout),
@@ -416,15 +441,20 @@ def _cli_check(args: argparse.Namespace, scratch: Path, env: dict[str, str],
     if len(resumed) == ranks and single:
         keys = ("stop_reason", "stop_epoch", "step", "best_step", "best_epoch")
         r0 = resumed[0]
-        report["ranks_agree"] = all({k: r[k] for k in keys} == {k: r0[k] for k in keys}
-                                    for r in resumed)
+        report["ranks_agree"] = all(
+            {k: r[k] for k in keys} == {k: r0[k] for k in keys} for r in resumed
+        )
         report["resumed_from"] = r0.get("resumed_from")
         report["same_schedule_as_single"] = {k: r0[k] for k in keys} == {
-            k: single[0][k] for k in keys}
+            k: single[0][k] for k in keys
+        }
         a, b = r0.get("last_val_loss"), single[0].get("last_val_loss")
         if isinstance(a, float) and isinstance(b, float):
-            report["last_val_loss"] = {"distributed_resumed": a, "single": b,
-                                       "relative_difference": abs(a - b) / max(abs(b), 1e-30)}
+            report["last_val_loss"] = {
+                "distributed_resumed": a,
+                "single": b,
+                "relative_difference": abs(a - b) / max(abs(b), 1e-30),
+            }
     return report
 
 
@@ -438,13 +468,23 @@ def _table(workers: dict[int, dict[str, Any]], args: argparse.Namespace) -> list
         for i, case in enumerate(ranks[0]["cases"]):
             prec, local = case["precision"], case["local_batch"]
             if world == 1:
-                modes = [" + ".join(
-                    m for m, b in (("strong", args.global_batch), ("weak", args.per_gpu_batch))
-                    if local == b
-                ) or "reference"]
+                modes = [
+                    " + ".join(
+                        m
+                        for m, b in (("strong", args.global_batch), ("weak", args.per_gpu_batch))
+                        if local == b
+                    )
+                    or "reference"
+                ]
             else:
-                modes = [m for m, ok in (("strong", local * world == args.global_batch),
-                                         ("weak", local == args.per_gpu_batch)) if ok]
+                modes = [
+                    m
+                    for m, ok in (
+                        ("strong", local * world == args.global_batch),
+                        ("weak", local == args.per_gpu_batch),
+                    )
+                    if ok
+                ]
             # The slowest rank's median (ranks are in lock-step under DDP anyway).
             ddp_ms = max(r["cases"][i]["ddp_ms"] for r in ranks)
             no_sync = [r["cases"][i]["no_sync_ms"] for r in ranks]
@@ -457,21 +497,29 @@ def _table(workers: dict[int, dict[str, Any]], args: argparse.Namespace) -> list
                     ref = base.get((prec, args.global_batch if mode == "strong" else local))
                     # strong: same global batch, T1 / TW; weak: same per-GPU batch, TW vs T1
                     # per GPU. Both: speedup = throughput ratio, efficiency = speedup / GPUs.
-                    ref_samples = None if ref is None else (
-                        ref["local_batch"] / (ref["ddp_ms"] * 1e-3))
+                    ref_samples = (
+                        None if ref is None else (ref["local_batch"] / (ref["ddp_ms"] * 1e-3))
+                    )
                     speedup = None if ref_samples is None else samples / ref_samples
                     efficiency = None if speedup is None else speedup / world
-                rows.append({
-                    "precision": prec, "scaling": mode, "gpus": world,
-                    "global_batch": local * world, "per_gpu_batch": local,
-                    "step_ms": ddp_ms, "samples_per_s": samples,
-                    "speedup": speedup, "efficiency": efficiency,
-                    "tflops_per_gpu": case["tflops_per_gpu"],
-                    "no_sync_step_ms": no_sync_ms,
-                    "comm_share": None if no_sync_ms is None else 1 - no_sync_ms / ddp_ms,
-                    "flat_all_reduce_ms": comm.get("flat_all_reduce_ms"),
-                    "buckets_all_reduce_ms": comm.get("buckets_all_reduce_ms"),
-                })
+                rows.append(
+                    {
+                        "precision": prec,
+                        "scaling": mode,
+                        "gpus": world,
+                        "global_batch": local * world,
+                        "per_gpu_batch": local,
+                        "step_ms": ddp_ms,
+                        "samples_per_s": samples,
+                        "speedup": speedup,
+                        "efficiency": efficiency,
+                        "tflops_per_gpu": case["tflops_per_gpu"],
+                        "no_sync_step_ms": no_sync_ms,
+                        "comm_share": None if no_sync_ms is None else 1 - no_sync_ms / ddp_ms,
+                        "flat_all_reduce_ms": comm.get("flat_all_reduce_ms"),
+                        "buckets_all_reduce_ms": comm.get("buckets_all_reduce_ms"),
+                    }
+                )
     return rows
 
 
@@ -480,9 +528,11 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
-    head = ("| precision | scaling | GPUs | global batch | per-GPU batch | step ms (median) | "
-            "samples/s | speedup | efficiency | TFLOP/s per GPU | step ms, no all-reduce | "
-            "comm share |")
+    head = (
+        "| precision | scaling | GPUs | global batch | per-GPU batch | step ms (median) | "
+        "samples/s | speedup | efficiency | TFLOP/s per GPU | step ms, no all-reduce | "
+        "comm share |"
+    )
     lines = [head, "|" + "---|" * 12]
     for r in rows:
         lines.append(
@@ -533,19 +583,34 @@ def _driver(args: argparse.Namespace, argv: Sequence[str]) -> int:
         passthrough.append(item)
 
     workers: dict[int, dict[str, Any]] = {}
-    report: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-                              "argv": list(argv), "env": NO_MULTICAST, "runs": {}}
+    report: dict[str, Any] = {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "argv": list(argv),
+        "env": NO_MULTICAST,
+        "runs": {},
+    }
     try:
         for world in args.gpus:
             if remaining() < 30:
                 _log(f"skipping {world} GPU(s): time budget")
                 continue
             path = scratch / f"worker-w{world}.json"
-            command = [*_launcher(world), "-m", "reference_impls.training.scaling", "--worker",
-                       "--worker-json", str(path), "--scratch", str(scratch), *passthrough]
+            command = [
+                *_launcher(world),
+                "-m",
+                "reference_impls.training.scaling",
+                "--worker",
+                "--worker-json",
+                str(path),
+                "--scratch",
+                str(scratch),
+                *passthrough,
+            ]
             proc = _run(command, timeout=remaining() - 10, env=env)
-            report["runs"][f"w{world}"] = {"exit": proc.returncode,
-                                           "stderr_tail": proc.stderr[-1500:]}
+            report["runs"][f"w{world}"] = {
+                "exit": proc.returncode,
+                "stderr_tail": proc.stderr[-1500:],
+            }
             if proc.returncode == 0 and path.exists():
                 workers[world] = json.loads(path.read_text())
         report["workers"] = {str(k): v for k, v in workers.items()}
@@ -570,16 +635,29 @@ def _driver(args: argparse.Namespace, argv: Sequence[str]) -> int:
         _log(report["markdown"])
         for w, t in sorted(report["trainer"].items()):
             if t:
-                _log(f"Trainer, {w} GPU(s), global batch {t['global_batch']}: "
-                     f"{t['step_ms']:.2f} ms/step, {t['samples_per_s']:,.0f} samples/s")
+                _log(
+                    f"Trainer, {w} GPU(s), global batch {t['global_batch']}: "
+                    f"{t['step_ms']:.2f} ms/step, {t['samples_per_s']:,.0f} samples/s"
+                )
         for w, v in sorted(workers.items()):
             if v["ranks"][0]["comm"]:
                 _log(f"{w} GPUs, all-reduce alone: " + json.dumps(v["ranks"][0]["comm"]))
     if "cli_check" in report:
         c = report["cli_check"]
-        _log("entry-point check: " + json.dumps(
-            {k: c.get(k) for k in ("ranks_agree", "resumed_from", "same_schedule_as_single",
-                                   "last_val_loss")}))
+        _log(
+            "entry-point check: "
+            + json.dumps(
+                {
+                    k: c.get(k)
+                    for k in (
+                        "ranks_agree",
+                        "resumed_from",
+                        "same_schedule_as_single",
+                        "last_val_loss",
+                    )
+                }
+            )
+        )
         for name in ("distributed_3_epochs", "distributed_resumed_to_5", "single_5_epochs"):
             part = c.get(name, {})
             _log(f"  {name}: exit {part.get('exit')}, files {part.get('files')}")
@@ -612,11 +690,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per case and mode")
     parser.add_argument("--blocks", type=int, default=3, help="interleaved DDP/no_sync blocks")
     parser.add_argument("--comm-reps", type=int, default=10)
-    parser.add_argument("--trainer-steps", type=int, default=15,
-                        help="timed Trainer steps per GPU count (0: skip)")
+    parser.add_argument(
+        "--trainer-steps", type=int, default=15, help="timed Trainer steps per GPU count (0: skip)"
+    )
     parser.add_argument("--no-cli-check", dest="cli_check", action="store_false")
-    parser.add_argument("--budget-s", type=float, default=300.0,
-                        help="the driver skips what would start after this many seconds")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=300.0,
+        help="the driver skips what would start after this many seconds",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-json", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)

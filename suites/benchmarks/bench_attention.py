@@ -24,8 +24,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from reference_impls.attention import attention  # noqa: E402
-from reference_impls.attention import bench  # noqa: E402
+from reference_impls.attention import (
+    attention,  # noqa: E402
+    bench,  # noqa: E402
+)
 from reference_impls.attention.kernel import INTERPRET  # noqa: E402
 
 
@@ -39,9 +41,13 @@ class AttentionInterpreter:
 
     def setup(self, causal):
         if not INTERPRET:
-            raise NotImplementedError("the kernels are compiled here (a GPU is visible), not interpreted")
+            raise NotImplementedError(
+                "the kernels are compiled here (a GPU is visible), not interpreted"
+            )
         g = torch.Generator().manual_seed(0)
-        self.q, self.k, self.v = (torch.randn(1, 2, 64, 32, generator=g).requires_grad_() for _ in range(3))
+        self.q, self.k, self.v = (
+            torch.randn(1, 2, 64, 32, generator=g).requires_grad_() for _ in range(3)
+        )
         self.do = torch.randn(1, 2, 64, 32, generator=g)
         attention(self.q, self.k, self.v, causal=causal)  # touch the code paths once
 

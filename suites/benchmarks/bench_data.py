@@ -71,8 +71,11 @@ class ShardIndexing:
 
     def setup(self, sample_size):
         self.data = _shard(sample_size)
-        self.identity = {"size": len(self.data), "crc": zlib.crc32(self.data),
-                         "sha256": hashlib.sha256(self.data).hexdigest()}
+        self.identity = {
+            "size": len(self.data),
+            "crc": zlib.crc32(self.data),
+            "sha256": hashlib.sha256(self.data).hexdigest(),
+        }
         self.encoded = ShardIndex.scan(self.data, "bench.tar").encode(**self.identity)
 
     def time_scan_32mb(self, sample_size):
@@ -106,7 +109,9 @@ class _LocalShards:
 
         root = os.path.abspath("data_bench")
         payloads = _payloads(100_000, 1260)
-        with ShardWriter(os.path.join(root, "shards"), WriterConfig(target_shard_bytes=SHARD_BYTES)) as w:
+        with ShardWriter(
+            os.path.join(root, "shards"), WriterConfig(target_shard_bytes=SHARD_BYTES)
+        ) as w:
             for i, payload in enumerate(payloads):
                 w.write({"__key__": f"{i:08d}", "bin": payload, "cls": str(i % 1000)})
         cache = os.path.join(root, "cache")
@@ -125,8 +130,9 @@ class LocalEpoch(_LocalShards):
     def setup(self, root, shuffle_buffer):
         from reference_impls.data import DatasetConfig, ShardedDataset
 
-        self.dataset = ShardedDataset(os.path.join(root, "shards"),
-                                      DatasetConfig(shuffle_buffer=shuffle_buffer, seed=SEED))
+        self.dataset = ShardedDataset(
+            os.path.join(root, "shards"), DatasetConfig(shuffle_buffer=shuffle_buffer, seed=SEED)
+        )
 
     def time_epoch(self, root, shuffle_buffer):
         for _ in self.dataset:
@@ -143,8 +149,12 @@ class CacheHitEpoch(_LocalShards):
     def setup(self, root, cache_verify):
         from reference_impls.data import DatasetConfig, ShardedDataset
 
-        config = DatasetConfig(shuffle_buffer=0, cache_dir=os.path.join(root, "cache"),
-                               cache_max_bytes=1 << 30, cache_verify=cache_verify)
+        config = DatasetConfig(
+            shuffle_buffer=0,
+            cache_dir=os.path.join(root, "cache"),
+            cache_max_bytes=1 << 30,
+            cache_verify=cache_verify,
+        )
         self.dataset = ShardedDataset(os.path.join(root, "shards"), config)
 
     def time_epoch(self, root, cache_verify):

@@ -36,7 +36,11 @@ def cases_for(world: int) -> list[Case]:
     cases = [
         Case(numel=numel, dtype=dtype, op=op, seed=world)
         for dtype in DTYPES
-        for op in (("sum", "max", "min") if dtype.startswith(("int", "uint")) else ("sum", "mean", "max", "min"))
+        for op in (
+            ("sum", "max", "min")
+            if dtype.startswith(("int", "uint"))
+            else ("sum", "mean", "max", "min")
+        )
         for numel in sizes
     ]
     cases += [
@@ -68,7 +72,9 @@ def run(world) -> list[dict]:
     if world not in _RESULTS:
         cases = cases_for(world)
         keep = max(c.numel for c in cases)  # every result comes back as an array
-        _RESULTS[world] = launch(self_check, cases, "cpu", keep, config=LaunchConfig(world_size=world))
+        _RESULTS[world] = launch(
+            self_check, cases, "cpu", keep, config=LaunchConfig(world_size=world)
+        )
     return _RESULTS[world]
 
 
@@ -118,7 +124,9 @@ def test_random_floats_agree_with_dist_all_reduce_within_rounding(run, world):
     for i, case in enumerate(cases_for(world)):
         if case.integer_valued:
             continue
-        inputs = np.stack([make_input(case, r).double().numpy() for r in range(world)])  # (world, numel)
+        inputs = np.stack(
+            [make_input(case, r).double().numpy() for r in range(world)]
+        )  # (world, numel)
         divisor = world if case.op == "mean" else 1
         exact = inputs.sum(0) / divisor
         # Both sides sum `world` terms in the input dtype, in different orders: each is within
@@ -127,7 +135,9 @@ def test_random_floats_agree_with_dist_all_reduce_within_rounding(run, world):
         bound = (world + 1) * eps * np.abs(inputs).sum(0) / divisor
         for rank, per_rank in enumerate(run):
             r = per_rank["cases"][i]
-            assert (np.abs(r.ring - exact) <= bound).all(), f"rank {rank}: {case}: ring off the bound"
+            assert (np.abs(r.ring - exact) <= bound).all(), (
+                f"rank {rank}: {case}: ring off the bound"
+            )
             assert (np.abs(r.ring - r.reference) <= 2 * bound).all(), f"rank {rank}: {case}"
 
 
@@ -150,13 +160,19 @@ def test_mismatched_arguments_raise_on_every_rank(run, world, scenario):
 
 def test_the_group_still_works_after_the_mismatches(run, world):
     for per_rank in run:
-        np.testing.assert_array_equal(per_rank["mismatch"]["after"], np.full(10, world * (world + 1) / 2))
+        np.testing.assert_array_equal(
+            per_rank["mismatch"]["after"], np.full(10, world * (world + 1) / 2)
+        )
 
 
-@pytest.mark.parametrize("check_metadata", [True, False], ids=["during-the-check", "during-the-ring"])
+@pytest.mark.parametrize(
+    "check_metadata", [True, False], ids=["during-the-check", "during-the-ring"]
+)
 def test_a_silent_peer_becomes_a_ring_peer_error_after_the_timeout(check_metadata):
     timeout_s = 1.0
-    result = launch(peer_goes_silent, timeout_s, check_metadata, config=LaunchConfig(world_size=2))[0]
+    result = launch(peer_goes_silent, timeout_s, check_metadata, config=LaunchConfig(world_size=2))[
+        0
+    ]
     error_type, message, elapsed = result
     assert error_type == "RingPeerError", result
     assert f"timeout {timeout_s:g} s" in message
@@ -173,14 +189,18 @@ def test_a_peer_that_exits_becomes_a_ring_peer_error_not_a_hang():
     assert list(failures) == [1] and failures[1].kind == "exited" and failures[1].exitcode == 3
     error_type, message, elapsed = results[0]
     assert error_type == "RingPeerError", message
-    assert elapsed < 30, "rank 0 waited for the group timeout instead of seeing the closed connection"
+    assert elapsed < 30, (
+        "rank 0 waited for the group timeout instead of seeing the closed connection"
+    )
 
 
 def test_the_launcher_reports_each_failing_rank_with_its_traceback():
     with pytest.raises(LaunchError) as info:
         launch(mismatch_errors, "no-such-device", config=LaunchConfig(world_size=2))
     assert sorted(info.value.failures) == [0, 1]
-    assert all(f.kind == "raised" and "no-such-device" in f.traceback for f in info.value.failures.values())
+    assert all(
+        f.kind == "raised" and "no-such-device" in f.traceback for f in info.value.failures.values()
+    )
     assert "2 of 2 ranks failed" in str(info.value)
 
 
@@ -199,9 +219,20 @@ def test_the_launcher_rejects_functions_the_ranks_cannot_import():
 def test_the_self_check_runs_under_torchrun():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "reference_impls.collectives"],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "reference_impls.collectives",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "ring_all_reduce self-check passed (2 ranks, cpu, torchrun)" in proc.stdout

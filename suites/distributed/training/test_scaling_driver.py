@@ -18,11 +18,36 @@ import pytest
 def scaling(tmp_path_factory):
     out = tmp_path_factory.mktemp("scaling")
     cmd = [
-        sys.executable, "-m", "reference_impls.training.scaling", "--device", "cpu",
-        "--gpus", "1,2", "--in-features", "16", "--hidden", "32,32", "--global-batch", "16",
-        "--per-gpu-batch", "8", "--precisions", "fp32", "--warmup", "1", "--steps", "3",
-        "--blocks", "1", "--comm-reps", "2", "--trainer-steps", "2", "--no-cli-check",
-        "--out", str(out),
+        sys.executable,
+        "-m",
+        "reference_impls.training.scaling",
+        "--device",
+        "cpu",
+        "--gpus",
+        "1,2",
+        "--in-features",
+        "16",
+        "--hidden",
+        "32,32",
+        "--global-batch",
+        "16",
+        "--per-gpu-batch",
+        "8",
+        "--precisions",
+        "fp32",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--blocks",
+        "1",
+        "--comm-reps",
+        "2",
+        "--trainer-steps",
+        "2",
+        "--no-cli-check",
+        "--out",
+        str(out),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -40,11 +65,17 @@ def test_speedup_and_efficiency_follow_from_the_measured_throughput(scaling):
         base, two = rows[(kind, 1)], rows[(kind, 2)]
         assert two["global_batch"] == (16 if kind == "strong" else 2 * base["global_batch"])
         # samples/s is the global batch over the median step time
-        assert two["samples_per_s"] == pytest.approx(two["global_batch"] / (two["step_ms"] / 1e3), rel=1e-9)
-        assert two["speedup"] == pytest.approx(two["samples_per_s"] / base["samples_per_s"], rel=1e-9)
+        assert two["samples_per_s"] == pytest.approx(
+            two["global_batch"] / (two["step_ms"] / 1e3), rel=1e-9
+        )
+        assert two["speedup"] == pytest.approx(
+            two["samples_per_s"] / base["samples_per_s"], rel=1e-9
+        )
         assert two["efficiency"] == pytest.approx(two["speedup"] / 2, rel=1e-9)
         assert 0.0 <= two["comm_share"] <= 1.0
-        assert two["comm_share"] == pytest.approx(1 - two["no_sync_step_ms"] / two["step_ms"], abs=1e-9)
+        assert two["comm_share"] == pytest.approx(
+            1 - two["no_sync_step_ms"] / two["step_ms"], abs=1e-9
+        )
 
 
 def test_the_trainer_reaches_the_same_loss_on_one_and_two_workers(scaling):

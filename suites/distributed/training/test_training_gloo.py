@@ -99,13 +99,18 @@ def test_a_two_rank_run_resumed_from_its_checkpoint_continues_every_ranks_rng_st
     # Dropout: each rank draws its own random masks. No early stopping: 4 whole epochs.
     common = ("model.dropout=0.2", "early_stopping.patience=100")
     whole_dir, parts_dir = tmp_path / "whole", tmp_path / "parts"
-    uninterrupted = train(tmp_path, whole_dir, ranks=2, seed=seed, overrides=(*common, "max_epochs=4"))
+    uninterrupted = train(
+        tmp_path, whole_dir, ranks=2, seed=seed, overrides=(*common, "max_epochs=4")
+    )
     train(tmp_path, parts_dir, ranks=2, seed=seed, overrides=(*common, "max_epochs=2"))
     resumed = train(tmp_path, parts_dir, ranks=2, seed=seed, overrides=(*common, "max_epochs=4"))
 
     assert resumed[0]["resumed_from"] == str(parts_dir / "latest.pt")
     assert resumed[0]["steps_run"] == resumed[1]["steps_run"] == 2 * 6
-    whole, parts = load_checkpoint(whole_dir / "latest.pt"), load_checkpoint(parts_dir / "latest.pt")
+    whole, parts = (
+        load_checkpoint(whole_dir / "latest.pt"),
+        load_checkpoint(parts_dir / "latest.pt"),
+    )
     assert set(parts["rng"]) == {"rank0", "rank1"}
     # Two ranks add their gradients in one order, every time: bit-identical is expected.
     for key, value in whole["model"].items():

@@ -19,10 +19,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from harness.tolerances import rel_error
 
 pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
-    pytest.mark.skipif(bool(triton.knobs.runtime.interpret),
-                       reason="TRITON_INTERPRET is set: the kernels would run in the interpreter"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA GPU (torch.cuda.is_available() is False)",
+    ),
+    pytest.mark.skipif(
+        bool(triton.knobs.runtime.interpret),
+        reason="TRITON_INTERPRET is set: the kernels would run in the interpreter",
+    ),
 ]
 
 BASELINE = Path(__file__).with_name("speed_baseline.json")
@@ -53,7 +57,9 @@ def sdpa_math_fp32(q, k, v, causal):
         j = torch.arange(n_k, device=q.device)[None, :]
         mask = j <= i + (n_k - n_q)
     with sdpa_kernel(SDPBackend.MATH):
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1]
+        )
     return out, (q, k, v)
 
 
@@ -89,8 +95,10 @@ def test_output_and_gradients_match_sdpa_math_in_fp32(attn, case, dtype):
 
 @pytest.mark.parametrize("d", [32, 256])
 def test_small_and_large_head_dims(attn, d):
-    q, k, v = (torch.randn(1, 4, 512, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(1, 4, 512, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
     out = attn.attention(q, k, v, causal=True)
     do = torch.randn_like(out)
     out.backward(do)
@@ -101,17 +109,28 @@ def test_small_and_large_head_dims(attn, d):
         assert rel_error(t.grad, r.grad) <= GRAD_TOL[torch.bfloat16]
 
 
-EDGES = [(1, 1, False), (1, 300, True), (300, 1, True), (700, 77, True), (77, 700, True), (129, 255, False)]
+EDGES = [
+    (1, 1, False),
+    (1, 300, True),
+    (300, 1, True),
+    (700, 77, True),
+    (77, 700, True),
+    (129, 255, False),
+]
 
 
-@pytest.mark.parametrize("n_q, n_k, causal", EDGES, ids=[f"{q}x{k}{'-causal' if c else ''}" for q, k, c in EDGES])
+@pytest.mark.parametrize(
+    "n_q, n_k, causal", EDGES, ids=[f"{q}x{k}{'-causal' if c else ''}" for q, k, c in EDGES]
+)
 def test_edge_lengths_against_float64(attn, n_q, n_k, causal):
     # One token, keys shorter than queries (rows that see no key: zeros), ragged tails: where
     # TMA's zero fill past a sequence's end replaces masks. float64 reference: SDPA's math
     # backend gives NaN for rows that see no key.
     q = torch.randn(2, 4, n_q, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k, v = (torch.randn(2, 2, n_k, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            for _ in range(2))
+    k, v = (
+        torch.randn(2, 2, n_k, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(2)
+    )
     out = attn.attention(q, k, v, causal=causal)
     do = torch.randn_like(out)
     out.backward(do)
@@ -128,11 +147,15 @@ def test_edge_lengths_against_float64(attn, n_q, n_k, causal):
 
 def test_transposed_inputs_are_read_in_place_with_the_same_result(attn):
     b, n, h, d = 2, 1000, 8, 128
-    q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-               for _ in range(3))  # (B, H, N, D) views of (B, N, H, D) memory
+    q, k, v = (
+        torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        for _ in range(3)
+    )  # (B, H, N, D) views of (B, N, H, D) memory
     assert not q.is_contiguous()
-    assert torch.equal(attn.attention(q, k, v, causal=True),
-                       attn.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True))
+    assert torch.equal(
+        attn.attention(q, k, v, causal=True),
+        attn.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True),
+    )
 
 
 def test_fp32_inputs_keep_fp32_accuracy(attn):
@@ -151,8 +174,10 @@ def test_fp32_inputs_keep_fp32_accuracy(attn):
 
 def test_forward_and_backward_are_bitwise_deterministic(attn):
     # No atomics anywhere: the same inputs give the same bits, run after run.
-    q, k, v = (torch.randn(2, 8, 1536, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(2, 8, 1536, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
     do = torch.randn(2, 8, 1536, 128, device="cuda", dtype=torch.bfloat16)
     runs = []
     for _ in range(3):
@@ -169,7 +194,9 @@ SPEED_CASES = [("fwd", False), ("fwd", True), ("fwd+bwd", False), ("fwd+bwd", Tr
 SPEED_DROP = 0.10  # fail when the ratio to flash falls more than 10% below the baseline
 
 
-@pytest.mark.parametrize("mode, causal", SPEED_CASES, ids=[f"{m}-{'causal' if c else 'full'}" for m, c in SPEED_CASES])
+@pytest.mark.parametrize(
+    "mode, causal", SPEED_CASES, ids=[f"{m}-{'causal' if c else 'full'}" for m, c in SPEED_CASES]
+)
 def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
     """Ratio of this kernel's TFLOP/s to SDPA flash's, both timed in this run (so a slower or
     busier GPU moves both), at D=128, N=4096, bf16, B=4, H=16.
@@ -194,7 +221,9 @@ def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
     ratio = flash.ms / ours.ms
     key = f"d128-n4096-{mode}-{'causal' if causal else 'full'}"
     gpu = torch.cuda.get_device_name()
-    print(f"{key}: triton {ours.tflops:.0f} TFLOP/s, flash {flash.tflops:.0f} TFLOP/s, ratio {ratio:.3f}")
+    print(
+        f"{key}: triton {ours.tflops:.0f} TFLOP/s, flash {flash.tflops:.0f} TFLOP/s, ratio {ratio:.3f}"
+    )
 
     stored = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"gpu": gpu, "ratios": {}}
     if os.environ.get("ATTENTION_SPEED_BASELINE") == "update":
@@ -203,11 +232,16 @@ def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
         BASELINE.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n")
         return
     if stored.get("gpu") != gpu:
-        pytest.skip(f"speed baseline recorded on {stored.get('gpu')!r}, this GPU is {gpu!r}; "
-                    f"record one here with ATTENTION_SPEED_BASELINE=update")
+        pytest.skip(
+            f"speed baseline recorded on {stored.get('gpu')!r}, this GPU is {gpu!r}; "
+            f"record one here with ATTENTION_SPEED_BASELINE=update"
+        )
     if key not in stored["ratios"]:
-        pytest.fail(f"no baseline for {key} in {BASELINE.name}: record one with ATTENTION_SPEED_BASELINE=update")
+        pytest.fail(
+            f"no baseline for {key} in {BASELINE.name}: record one with ATTENTION_SPEED_BASELINE=update"
+        )
     floor = stored["ratios"][key] * (1 - SPEED_DROP)
-    assert ratio >= floor, (f"{key}: triton/flash ratio {ratio:.3f} fell below {floor:.3f} "
-                            f"(baseline {stored['ratios'][key]} - {SPEED_DROP:.0%})")
-
+    assert ratio >= floor, (
+        f"{key}: triton/flash ratio {ratio:.3f} fell below {floor:.3f} "
+        f"(baseline {stored['ratios'][key]} - {SPEED_DROP:.0%})"
+    )

@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 from reference_impls.collectives import LaunchConfig, launch
+from reference_impls.collectives.checks import (
+    Case,
+    compare_with_all_reduce,
+    graph_replays,
+    mismatch_errors,
+)
 from reference_impls.collectives.launcher import MULTICAST_OFF_ENV
-from reference_impls.collectives.checks import Case, compare_with_all_reduce, graph_replays, mismatch_errors
 
 pytestmark = pytest.mark.needs("cuda:2")
 
@@ -38,7 +43,9 @@ CASES += [
 
 
 def _launch(fn, *args, backend):
-    config = LaunchConfig(world_size=2, backend=backend, env=GPU_ENV, timeout_s=300, pg_timeout_s=120)
+    config = LaunchConfig(
+        world_size=2, backend=backend, env=GPU_ENV, timeout_s=300, pg_timeout_s=120
+    )
     return launch(fn, *args, config=config)
 
 
@@ -47,12 +54,21 @@ def nccl_results():
     return _launch(compare_with_all_reduce, CASES, "cuda", backend="cpu:gloo,cuda:nccl")
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c.dtype}-{c.op}-{c.numel}" + (f"-ctas{c.combine_ctas}" if c.combine_ctas else "") for c in CASES])
+@pytest.mark.parametrize(
+    "index",
+    range(len(CASES)),
+    ids=[
+        f"{c.dtype}-{c.op}-{c.numel}" + (f"-ctas{c.combine_ctas}" if c.combine_ctas else "")
+        for c in CASES
+    ],
+)
 def test_nccl_ring_equals_nccl_all_reduce_bit_for_bit(nccl_results, index):
     for rank, results in enumerate(nccl_results):
         r = results[index]
         assert r.case == CASES[index]
-        assert r.equal, f"rank {rank}: {r.case}: {r.mismatched} elements differ, max |diff| {r.max_abs_diff}"
+        assert r.equal, (
+            f"rank {rank}: {r.case}: {r.mismatched} elements differ, max |diff| {r.max_abs_diff}"
+        )
 
 
 def test_nccl_ring_results_are_identical_on_both_gpus(nccl_results):
@@ -67,7 +83,9 @@ def test_mismatched_calls_raise_on_both_ranks_and_leave_the_group_usable():
             if name == "after":
                 np.testing.assert_array_equal(value, np.full(10, 3.0, np.float32))
             else:
-                assert value[0] in ("RingMismatchError", "ValueError"), f"rank {rank}, {name}: {value}"
+                assert value[0] in ("RingMismatchError", "ValueError"), (
+                    f"rank {rank}, {name}: {value}"
+                )
 
 
 def test_an_nccl_only_group_checks_metadata_on_the_gpu():
@@ -93,4 +111,6 @@ def test_an_nccl_only_group_checks_metadata_on_the_gpu():
 def test_a_captured_ring_replays_the_same_result_as_nccl(case):
     per_rank = _launch(graph_replays, case, backend="cpu:gloo,cuda:nccl")
     for rank, replays in enumerate(per_rank):
-        assert replays == [(True, True)] * len(replays), f"rank {rank}: (vs NCCL, vs eager ring) {replays}"
+        assert replays == [(True, True)] * len(replays), (
+            f"rank {rank}: (vs NCCL, vs eager ring) {replays}"
+        )

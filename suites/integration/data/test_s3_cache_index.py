@@ -16,13 +16,13 @@ from reference_impls.data.cache import ShardCache, index_path
 from reference_impls.data.shardindex import ShardIndex
 
 
-def test_shards_streamed_from_s3_are_read_back_through_their_index(bucket, s3_config, make_dataset,
-                                                                   tmp_path, monkeypatch):
+def test_shards_streamed_from_s3_are_read_back_through_their_index(
+    bucket, s3_config, make_dataset, tmp_path, monkeypatch
+):
     url = f"s3://{bucket}/train"
     manifest, _ = make_dataset(url, 240, s3=s3_config)
     cache_dir = tmp_path / "cache"
-    config = DatasetConfig(seed=4, s3=s3_config, cache_dir=str(cache_dir),
-                           cache_max_bytes=10 << 20)
+    config = DatasetConfig(seed=4, s3=s3_config, cache_dir=str(cache_dir), cache_max_bytes=10 << 20)
     ds = ShardedDataset(url, config)
     streamed = [list(s.items()) for s in ds]
     assert ds.metrics.cache_misses == len(manifest.shards)
@@ -35,8 +35,9 @@ def test_shards_streamed_from_s3_are_read_back_through_their_index(bucket, s3_co
 
     parsed: list[int] = []
     real = dataset_module.iter_samples
-    monkeypatch.setattr(dataset_module, "iter_samples",
-                        lambda *a, **k: parsed.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        dataset_module, "iter_samples", lambda *a, **k: parsed.append(1) or real(*a, **k)
+    )
     ds.metrics.reset()
     again = [list(s.items()) for s in ds]  # the same epoch again: the same order
     assert ds.metrics.cache_hits == len(manifest.shards) and ds.metrics.bytes_network == 0
@@ -45,20 +46,30 @@ def test_shards_streamed_from_s3_are_read_back_through_their_index(bucket, s3_co
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
-def test_dataloader_workers_read_the_cache_through_the_index(bucket, s3_config, make_dataset,
-                                                             tmp_path):
+def test_dataloader_workers_read_the_cache_through_the_index(
+    bucket, s3_config, make_dataset, tmp_path
+):
     url = f"s3://{bucket}/train"
     manifest, samples = make_dataset(url, 240, s3=s3_config)
-    config = DatasetConfig(seed=8, s3=s3_config, shuffle_buffer=16, cache_dir=str(tmp_path / "c"),
-                           cache_max_bytes=10 << 20)
+    config = DatasetConfig(
+        seed=8,
+        s3=s3_config,
+        shuffle_buffer=16,
+        cache_dir=str(tmp_path / "c"),
+        cache_max_bytes=10 << 20,
+    )
 
     def epoch() -> list[dict[str, Any]]:
         ds = ShardedDataset(url, config)
         out = []
         for batch in DataLoader(ds, batch_size=8, num_workers=2):
             for i in range(len(batch["__key__"])):
-                out.append({k: (v[i].item() if isinstance(v, torch.Tensor) else v[i])
-                            for k, v in batch.items()})
+                out.append(
+                    {
+                        k: (v[i].item() if isinstance(v, torch.Tensor) else v[i])
+                        for k, v in batch.items()
+                    }
+                )
         return out
 
     first = epoch()  # fills the cache (both workers write into it)

@@ -50,8 +50,9 @@ from reference_impls.data.cache import ShardCache
 FAST_RETRY = RetryConfig(max_attempts=4, backoff_initial_s=0.01, backoff_max_s=0.05)
 
 
-def read_rank(url: str, config: DatasetConfig, *, workers: int, batch_size: int = 5,
-              epoch: int = 0) -> list[dict[str, Any]]:
+def read_rank(
+    url: str, config: DatasetConfig, *, workers: int, batch_size: int = 5, epoch: int = 0
+) -> list[dict[str, Any]]:
     """Every sample one rank sees through a real DataLoader, in order (batches unrolled)."""
     ds = ShardedDataset(url, config)
     ds.set_epoch(epoch)
@@ -59,8 +60,12 @@ def read_rank(url: str, config: DatasetConfig, *, workers: int, batch_size: int 
     out = []
     for batch in loader:
         for i in range(len(batch["__key__"])):
-            out.append({k: (v[i].item() if isinstance(v, torch.Tensor) else v[i])
-                        for k, v in batch.items()})
+            out.append(
+                {
+                    k: (v[i].item() if isinstance(v, torch.Tensor) else v[i])
+                    for k, v in batch.items()
+                }
+            )
     return out
 
 
@@ -68,14 +73,17 @@ def keys_of(samples: list[dict[str, Any]]) -> list[str]:
     return [s["__key__"] for s in samples]
 
 
-def assert_exactly_once(samples: list[dict[str, Any]], expected: dict[str, dict[str, bytes]]) -> None:
+def assert_exactly_once(
+    samples: list[dict[str, Any]], expected: dict[str, dict[str, bytes]]
+) -> None:
     real = [s for s in samples if not s.get("__pad__", False)]
     counts = collections.Counter(keys_of(real))
     duplicated = {k: n for k, n in counts.items() if n > 1}
     missing = set(expected) - set(counts)
     assert not duplicated and not missing, (
         f"{len(duplicated)} duplicated (e.g. {list(duplicated)[:3]}), {len(missing)} missing "
-        f"(e.g. {sorted(missing)[:3]})")
+        f"(e.g. {sorted(missing)[:3]})"
+    )
     for s in real:
         assert s["bin"] == expected[s["__key__"]]["bin"], f"sample {s['__key__']} has wrong bytes"
 
@@ -90,16 +98,26 @@ def dataset(bucket: str, s3_config, make_dataset):
 
 # --------------------------------------------------------------------------- assignment
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
-@pytest.mark.parametrize(("world_size", "workers", "uneven"), [
-    (1, 2, "pad"), (2, 2, "pad"), (3, 2, "pad"), (4, 1, "drop"), (7, 3, "pad"), (7, 2, "drop"),
-])
+@pytest.mark.parametrize(
+    ("world_size", "workers", "uneven"),
+    [
+        (1, 2, "pad"),
+        (2, 2, "pad"),
+        (3, 2, "pad"),
+        (4, 1, "drop"),
+        (7, 3, "pad"),
+        (7, 2, "drop"),
+    ],
+)
 def test_every_sample_is_read_exactly_once_and_every_rank_gets_the_same_length(
-        dataset, s3_config, world_size, workers, uneven):
+    dataset, s3_config, world_size, workers, uneven
+):
     url, manifest, samples = dataset
     per_rank = []
     for rank in range(world_size):
-        config = DatasetConfig(seed=3, rank=rank, world_size=world_size, uneven=uneven,
-                               shuffle_buffer=16, s3=s3_config)
+        config = DatasetConfig(
+            seed=3, rank=rank, world_size=world_size, uneven=uneven, shuffle_buffer=16, s3=s3_config
+        )
         per_rank.append(read_rank(url, config, workers=workers))
     total = manifest.total_samples
     lengths = {len(r) for r in per_rank}
@@ -108,7 +126,9 @@ def test_every_sample_is_read_exactly_once_and_every_rank_gets_the_same_length(
     everything = [s for r in per_rank for s in r]
     pads = sum(s["__pad__"] for s in everything)
     if uneven == "pad":
-        assert length == -(-total // world_size) and pads == length * world_size - total < world_size
+        assert (
+            length == -(-total // world_size) and pads == length * world_size - total < world_size
+        )
         assert_exactly_once(everything, samples)
     else:
         assert length == total // world_size and pads == 0
@@ -123,20 +143,27 @@ def test_the_order_is_fixed_by_seed_and_epoch_and_changes_with_either(dataset, s
     first = keys_of(read_rank(url, config, workers=2))
     again = keys_of(read_rank(url, config, workers=2))
     next_epoch = keys_of(read_rank(url, config, workers=2, epoch=1))
-    other_seed = keys_of(read_rank(url, DatasetConfig(seed=12, shuffle_buffer=32, rank=1,
-                                                      world_size=2, s3=s3_config), workers=2))
+    other_seed = keys_of(
+        read_rank(
+            url,
+            DatasetConfig(seed=12, shuffle_buffer=32, rank=1, world_size=2, s3=s3_config),
+            workers=2,
+        )
+    )
     assert first == again
     assert first != next_epoch and first != other_seed
 
 
-def test_samples_are_yielded_before_their_shard_has_finished_downloading(bucket, s3_config,
-                                                                         make_dataset):
+def test_samples_are_yielded_before_their_shard_has_finished_downloading(
+    bucket, s3_config, make_dataset
+):
     url = f"s3://{bucket}/big"
     # 200 samples of 10-30 KB: one shard of 2-6 MB.
     manifest, _ = make_dataset(url, 200, sample_bytes=20_000, shard_bytes=8_000_000, s3=s3_config)
     assert len(manifest.shards) == 1
-    ds = ShardedDataset(url, DatasetConfig(shuffle_buffer=0, chunk_bytes=16384,
-                                           buffer_bytes=65536, s3=s3_config))
+    ds = ShardedDataset(
+        url, DatasetConfig(shuffle_buffer=0, chunk_bytes=16384, buffer_bytes=65536, s3=s3_config)
+    )
     it = iter(ds)
     next(it)
     received = ds.metrics.bytes_network
@@ -148,8 +175,7 @@ def test_samples_are_yielded_before_their_shard_has_finished_downloading(bucket,
 
 
 @pytest.mark.parametrize("depth", [0, 2])
-def test_prefetch_fetches_up_to_depth_shards_ahead_of_the_one_being_read(dataset, s3_config,
-                                                                       depth):
+def test_prefetch_fetches_up_to_depth_shards_ahead_of_the_one_being_read(dataset, s3_config, depth):
     url, manifest, _ = dataset
     ds = ShardedDataset(url, DatasetConfig(shuffle_buffer=0, prefetch_depth=depth, s3=s3_config))
     opened: list[str] = []
@@ -174,14 +200,19 @@ def test_prefetch_fetches_up_to_depth_shards_ahead_of_the_one_being_read(dataset
 # --------------------------------------------------------------------------- faults
 @pytest.mark.parametrize("cut", ["rst", "fin"])
 def test_responses_cut_and_delayed_by_a_proxy_lose_and_duplicate_no_sample(
-        dataset, s3_server, s3_config_for, cut):
+    dataset, s3_server, s3_config_for, cut
+):
     url, manifest, samples = dataset
     faults = Faults(cut_after=12_000, cut=cut, delay_s=0.002, piece_bytes=4096)
     with FaultProxy(s3_server.ports["s3.port"], faults) as proxy:
-        config = DatasetConfig(seed=5, shuffle_buffer=8, chunk_bytes=8192, buffer_bytes=32768,
-                               s3=s3_config_for(s3_server, proxy.endpoint, read_timeout_s=5),
-                               retry=RetryConfig(max_attempts=6, backoff_initial_s=0.01,
-                                                 backoff_max_s=0.1))
+        config = DatasetConfig(
+            seed=5,
+            shuffle_buffer=8,
+            chunk_bytes=8192,
+            buffer_bytes=32768,
+            s3=s3_config_for(s3_server, proxy.endpoint, read_timeout_s=5),
+            retry=RetryConfig(max_attempts=6, backoff_initial_s=0.01, backoff_max_s=0.1),
+        )
         ds = ShardedDataset(url, config, manifest=manifest)
         got = list(ds)
     assert proxy.cuts >= len(manifest.shards), "the proxy did not cut every shard"
@@ -190,14 +221,16 @@ def test_responses_cut_and_delayed_by_a_proxy_lose_and_duplicate_no_sample(
     assert_exactly_once(got, samples)
 
 
-def test_a_server_that_stays_down_gives_a_clear_error_after_bounded_retries(dataset, s3_config_for,
-                                                                          s3_server):
+def test_a_server_that_stays_down_gives_a_clear_error_after_bounded_retries(
+    dataset, s3_config_for, s3_server
+):
     url, manifest, _ = dataset
     with FaultProxy(s3_server.ports["s3.port"]) as proxy:
         dead_endpoint = proxy.endpoint
     # The proxy is gone: its port refuses connections.
-    config = DatasetConfig(s3=s3_config_for(s3_server, dead_endpoint, connect_timeout_s=1),
-                           retry=FAST_RETRY)
+    config = DatasetConfig(
+        s3=s3_config_for(s3_server, dead_endpoint, connect_timeout_s=1), retry=FAST_RETRY
+    )
     ds = ShardedDataset(url, config, manifest=manifest)
     started = time.monotonic()
     with pytest.raises(ShardReadError, match=r"gave up after 4 consecutive attempts") as err:
@@ -207,15 +240,21 @@ def test_a_server_that_stays_down_gives_a_clear_error_after_bounded_retries(data
 
 
 def test_a_server_killed_and_restarted_mid_epoch_does_not_disturb_the_epoch(
-        fresh_s3_server, s3_config_for, make_dataset):
+    fresh_s3_server, s3_config_for, make_dataset
+):
     server = fresh_s3_server
     server.client().create_bucket(Bucket="crash")
     s3 = s3_config_for(server, read_timeout_s=3, connect_timeout_s=1)
     manifest, samples = make_dataset("s3://crash/ds", 240, s3=s3)
-    config = DatasetConfig(seed=2, shuffle_buffer=4, prefetch_depth=1, chunk_bytes=4096,
-                           buffer_bytes=8192, s3=s3,
-                           retry=RetryConfig(max_attempts=40, backoff_initial_s=0.05,
-                                             backoff_max_s=0.5))
+    config = DatasetConfig(
+        seed=2,
+        shuffle_buffer=4,
+        prefetch_depth=1,
+        chunk_bytes=4096,
+        buffer_bytes=8192,
+        s3=s3,
+        retry=RetryConfig(max_attempts=40, backoff_initial_s=0.05, backoff_max_s=0.5),
+    )
     ds = ShardedDataset("s3://crash/ds", config)
     got: list[dict[str, Any]] = []
     paused, killed = threading.Event(), threading.Event()
@@ -249,8 +288,14 @@ def test_a_server_killed_and_restarted_mid_epoch_does_not_disturb_the_epoch(
 # --------------------------------------------------------------------------- cache
 def test_the_second_epoch_is_served_from_the_cache(dataset, s3_config, tmp_path, capsys):
     url, manifest, samples = dataset
-    config = DatasetConfig(seed=1, s3=s3_config, cache_dir=str(tmp_path / "cache"),
-                           cache_max_bytes=10 << 20, progress=True, progress_interval_s=60)
+    config = DatasetConfig(
+        seed=1,
+        s3=s3_config,
+        cache_dir=str(tmp_path / "cache"),
+        cache_max_bytes=10 << 20,
+        progress=True,
+        progress_interval_s=60,
+    )
     ds = ShardedDataset(url, config)
     first = list(ds)
     assert ds.metrics.cache_misses == len(manifest.shards) and ds.metrics.cache_hits == 0
@@ -274,8 +319,9 @@ def test_the_second_epoch_is_served_from_the_cache(dataset, s3_config, tmp_path,
 def test_the_cache_never_exceeds_its_size_limit(dataset, s3_config, tmp_path):
     url, manifest, samples = dataset
     limit = 3 * max(s.size for s in manifest.shards)
-    config = DatasetConfig(s3=s3_config, cache_dir=str(tmp_path / "cache"),
-                           cache_max_bytes=limit, prefetch_depth=1)
+    config = DatasetConfig(
+        s3=s3_config, cache_dir=str(tmp_path / "cache"), cache_max_bytes=limit, prefetch_depth=1
+    )
     ds = ShardedDataset(url, config)
     cache = ShardCache(tmp_path / "cache", limit)
     peak = 0
@@ -293,11 +339,17 @@ def test_the_cache_never_exceeds_its_size_limit(dataset, s3_config, tmp_path):
 
 
 def test_an_epoch_abandoned_mid_shard_leaves_only_complete_verified_files_in_the_cache(
-        dataset, s3_config, tmp_path):
+    dataset, s3_config, tmp_path
+):
     url, manifest, _ = dataset
-    config = DatasetConfig(shuffle_shards=False, s3=s3_config, chunk_bytes=4096,
-                           buffer_bytes=8192, cache_dir=str(tmp_path / "cache"),
-                           cache_max_bytes=10 << 20)
+    config = DatasetConfig(
+        shuffle_shards=False,
+        s3=s3_config,
+        chunk_bytes=4096,
+        buffer_bytes=8192,
+        cache_dir=str(tmp_path / "cache"),
+        cache_max_bytes=10 << 20,
+    )
     it = iter(ShardedDataset(url, config))
     for _ in range(manifest.shards[0].num_samples + 3):  # into the second shard
         next(it)
@@ -315,8 +367,15 @@ def test_an_epoch_abandoned_mid_shard_leaves_only_complete_verified_files_in_the
 
 def test_a_shard_being_read_is_never_evicted(tmp_path, dataset, s3_config):
     url, manifest, _ = dataset
-    ds = ShardedDataset(url, DatasetConfig(shuffle_shards=False, s3=s3_config,
-                                           cache_dir=str(tmp_path / "c"), cache_max_bytes=10 << 20))
+    ds = ShardedDataset(
+        url,
+        DatasetConfig(
+            shuffle_shards=False,
+            s3=s3_config,
+            cache_dir=str(tmp_path / "c"),
+            cache_max_bytes=10 << 20,
+        ),
+    )
     list(ds)  # fills the cache with every shard
     shards = manifest.shards
     small = ShardCache(tmp_path / "c", sum(s.size for s in shards[:3]))
@@ -334,8 +393,9 @@ def test_a_shard_being_read_is_never_evicted(tmp_path, dataset, s3_config):
 
 def test_a_corrupted_cached_shard_is_detected_and_fetched_again(dataset, s3_config, tmp_path):
     url, manifest, samples = dataset
-    config = DatasetConfig(s3=s3_config, cache_dir=str(tmp_path / "cache"),
-                           cache_max_bytes=10 << 20)
+    config = DatasetConfig(
+        s3=s3_config, cache_dir=str(tmp_path / "cache"), cache_max_bytes=10 << 20
+    )
     ds = ShardedDataset(url, config)
     list(ds)
     victim = manifest.shards[3]
@@ -357,7 +417,7 @@ def test_a_corrupted_cached_shard_is_detected_and_fetched_again(dataset, s3_conf
 
 
 # --------------------------------------------------------------------------- resume
-_RESUME_SCRIPT = textwrap.dedent('''
+_RESUME_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys
     import torch
     from torch.utils.data import DataLoader
@@ -385,16 +445,21 @@ _RESUME_SCRIPT = textwrap.dedent('''
             os.kill(os.getpid(), signal.SIGKILL)  # a crash, not a clean exit
     with open(out_path, "w") as f:
         json.dump(seen, f)
-''')
+""")
 
 
 def test_a_mid_epoch_resume_across_a_process_restart_yields_exactly_the_rest(
-        dataset, s3_server, tmp_path):
+    dataset, s3_server, tmp_path
+):
     url, manifest, samples = dataset
     script = tmp_path / "resume.py"
     script.write_text(_RESUME_SCRIPT)
-    env = dict(os.environ, TEST_S3_ENDPOINT=s3_server.endpoint, TEST_S3_URL=url,
-               PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    env = dict(
+        os.environ,
+        TEST_S3_ENDPOINT=s3_server.endpoint,
+        TEST_S3_URL=url,
+        PYTHONPATH=str(Path(__file__).resolve().parents[3]),
+    )
 
     def run(phase: str, stop_after: int = 0) -> tuple[int, list[list[Any]]]:
         out = tmp_path / f"{phase}.json"
@@ -402,11 +467,24 @@ def test_a_mid_epoch_resume_across_a_process_restart_yields_exactly_the_rest(
         # (which exit on their own within ~5 s) would hold a pipe open and make us wait.
         with open(tmp_path / f"{phase}.log", "w") as log:
             proc = subprocess.run(
-                [sys.executable, str(script), phase, str(tmp_path / "state.json"), str(out),
-                 str(stop_after)], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=120)
+                [
+                    sys.executable,
+                    str(script),
+                    phase,
+                    str(tmp_path / "state.json"),
+                    str(out),
+                    str(stop_after),
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=120,
+            )
         if proc.returncode not in (0, -signal.SIGKILL):
-            pytest.fail(f"phase {phase} exited {proc.returncode}:\n"
-                        f"{(tmp_path / f'{phase}.log').read_text()[-3000:]}")
+            pytest.fail(
+                f"phase {phase} exited {proc.returncode}:\n"
+                f"{(tmp_path / f'{phase}.log').read_text()[-3000:]}"
+            )
         return proc.returncode, json.loads(out.read_text()) if out.exists() else []
 
     rc, full = run("full")
@@ -419,8 +497,9 @@ def test_a_mid_epoch_resume_across_a_process_restart_yields_exactly_the_rest(
     assert sorted(k for k, _, _ in first + rest) == sorted(k for k, _, _ in full)
     # Each worker's stream continues exactly where it stopped, in the uninterrupted order.
     for worker in (0, 1):
-        assert ([k for k, w, _ in first + rest if w == worker]
-                == [k for k, w, _ in full if w == worker])
+        assert [k for k, w, _ in first + rest if w == worker] == [
+            k for k, w, _ in full if w == worker
+        ]
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["epoch"] == 1 and sum(state["consumed"]) == 28
 
@@ -439,7 +518,7 @@ def _wds_s3_handler(source: S3Source):
     """An in-process s3:// scheme for webdataset's gopen (it has no built-in one)."""
 
     def open_s3(url: str, mode: str = "rb", bufsize: int = 8192, **_: Any):
-        bucket, _, key = url[len("s3://"):].partition("/")
+        bucket, _, key = url[len("s3://") :].partition("/")
         return source.client().get_object(Bucket=bucket, Key=key)["Body"]
 
     return open_s3
@@ -451,12 +530,15 @@ def test_webdataset_reads_our_shards_as_the_same_samples(dataset, s3_config, mon
 
     url, manifest, samples = dataset
     source = S3Source(url, s3_config)
-    monkeypatch.setitem(sys.modules["webdataset.gopen"].gopen_schemes, "s3",
-                        _wds_s3_handler(source))
-    theirs = list(wds.WebDataset([source.location(s.name) for s in manifest.shards],
-                                 shardshuffle=False))
-    ours = list(ShardedDataset(url, DatasetConfig(shuffle_shards=False, shuffle_buffer=0,
-                                                  s3=s3_config)))
+    monkeypatch.setitem(
+        sys.modules["webdataset.gopen"].gopen_schemes, "s3", _wds_s3_handler(source)
+    )
+    theirs = list(
+        wds.WebDataset([source.location(s.name) for s in manifest.shards], shardshuffle=False)
+    )
+    ours = list(
+        ShardedDataset(url, DatasetConfig(shuffle_shards=False, shuffle_buffer=0, s3=s3_config))
+    )
     assert keys_of(theirs) == keys_of(ours) == sorted(samples)
     for a, b in zip(theirs, ours, strict=True):
         assert (a["bin"], a["cls"]) == (b["bin"], b["cls"])
@@ -470,8 +552,7 @@ def test_we_read_shards_written_by_webdataset(bucket, s3_config, tmp_path):
     written = {}
     with wds.ShardWriter(str(local / "part-%04d.tar"), maxcount=25, verbose=0) as sink:
         for i in range(90):
-            sample = {"__key__": f"k{i:04d}", "txt": f"text {i}",
-                      "npy_raw": os.urandom(100 + i)}
+            sample = {"__key__": f"k{i:04d}", "txt": f"text {i}", "npy_raw": os.urandom(100 + i)}
             sink.write(sample)
             written[sample["__key__"]] = sample
     source = S3Source(f"s3://{bucket}/wds", s3_config)
@@ -480,8 +561,12 @@ def test_we_read_shards_written_by_webdataset(bucket, s3_config, tmp_path):
     manifest = build_manifest(source)
     source.put_bytes("manifest.json", manifest.to_json().encode())
     assert [s.num_samples for s in manifest.shards] == [25, 25, 25, 15]
-    got = list(ShardedDataset(f"s3://{bucket}/wds", DatasetConfig(shuffle_shards=False,
-                                                                  shuffle_buffer=0, s3=s3_config)))
+    got = list(
+        ShardedDataset(
+            f"s3://{bucket}/wds",
+            DatasetConfig(shuffle_shards=False, shuffle_buffer=0, s3=s3_config),
+        )
+    )
     assert keys_of(got) == sorted(written)
     for s in got:
         assert s["txt"] == written[s["__key__"]]["txt"].encode()
@@ -491,10 +576,13 @@ def test_we_read_shards_written_by_webdataset(bucket, s3_config, tmp_path):
 # --------------------------------------------------------------------------- writer
 def test_large_shards_are_uploaded_in_multiple_parts(bucket, s3_config, s3_server, make_dataset):
     # 12 samples of 0.75-2.25 MB: one shard of 9-27 MB, uploaded in 8 MiB parts.
-    manifest, samples = make_dataset(f"s3://{bucket}/mp", 12, sample_bytes=1_500_000,
-                                     shard_bytes=64 << 20, s3=s3_config)
+    manifest, samples = make_dataset(
+        f"s3://{bucket}/mp", 12, sample_bytes=1_500_000, shard_bytes=64 << 20, s3=s3_config
+    )
     assert len(manifest.shards) == 1 and manifest.shards[0].size > s3_config.multipart_part_size
-    etag = s3_server.client().head_object(Bucket=bucket, Key=f"mp/{manifest.shards[0].name}")["ETag"]
+    etag = s3_server.client().head_object(Bucket=bucket, Key=f"mp/{manifest.shards[0].name}")[
+        "ETag"
+    ]
     parts = etag.strip('"').rpartition("-")[2]
     assert parts.isdigit() and int(parts) >= 2, f"not a multipart upload: ETag {etag}"
     got = list(ShardedDataset(f"s3://{bucket}/mp", DatasetConfig(s3=s3_config)))
@@ -531,21 +619,34 @@ def test_a_truncated_shard_is_an_error_naming_it(dataset, s3_config, s3_server, 
     data = S3Source(url, s3_config).read_all(victim.name)
     _replace_object(s3_server, bucket, f"train/{victim.name}", data[: victim.size // 2])
     ds = ShardedDataset(url, DatasetConfig(shuffle_shards=False, s3=s3_config, retry=FAST_RETRY))
-    with pytest.raises(ManifestMismatchError, match=rf"{victim.name} has {victim.size // 2} bytes "
-                                                   rf"but the manifest says {victim.size}"):
+    with pytest.raises(
+        ManifestMismatchError,
+        match=rf"{victim.name} has {victim.size // 2} bytes "
+        rf"but the manifest says {victim.size}",
+    ):
         list(ds)
     # With a manifest that agrees with the short object, the tar itself is found truncated.
-    short = Manifest(tuple(
-        ShardInfo(name=s.name, size=victim.size // 2, num_samples=s.num_samples,
-                  sha256=hashlib.sha256(data[: victim.size // 2]).hexdigest())
-        if s.name == victim.name else s for s in manifest.shards))
+    short = Manifest(
+        tuple(
+            ShardInfo(
+                name=s.name,
+                size=victim.size // 2,
+                num_samples=s.num_samples,
+                sha256=hashlib.sha256(data[: victim.size // 2]).hexdigest(),
+            )
+            if s.name == victim.name
+            else s
+            for s in manifest.shards
+        )
+    )
     ds = ShardedDataset(url, DatasetConfig(shuffle_shards=False, s3=s3_config), manifest=short)
     with pytest.raises(ShardFormatError, match=rf"{victim.name}' is truncated"):
         list(ds)
 
 
-def test_a_corrupt_tar_header_is_an_error_naming_the_shard_and_offset(dataset, s3_config,
-                                                                    s3_server, bucket):
+def test_a_corrupt_tar_header_is_an_error_naming_the_shard_and_offset(
+    dataset, s3_config, s3_server, bucket
+):
     url, manifest, _ = dataset
     victim = manifest.shards[0]
     data = bytearray(S3Source(url, s3_config).read_all(victim.name))
@@ -556,22 +657,29 @@ def test_a_corrupt_tar_header_is_an_error_naming_the_shard_and_offset(dataset, s
         list(ds)
 
 
-@pytest.mark.parametrize(("field", "checked_by"), [
-    ("num_samples", "default"), ("sha256", "verify_downloads"), ("sha256", "cache admission")])
+@pytest.mark.parametrize(
+    ("field", "checked_by"),
+    [("num_samples", "default"), ("sha256", "verify_downloads"), ("sha256", "cache admission")],
+)
 def test_a_manifest_that_disagrees_with_a_shard_is_an_error_naming_it(
-        dataset, s3_config, tmp_path, field, checked_by):
+    dataset, s3_config, tmp_path, field, checked_by
+):
     url, manifest, _ = dataset
     victim = manifest.shards[4]
     wrong = {"num_samples": victim.num_samples + 1, "sha256": "0" * 64}[field]
-    bad = Manifest(tuple(dataclasses.replace(s, **{field: wrong}) if s is victim else s
-                         for s in manifest.shards))
+    bad = Manifest(
+        tuple(
+            dataclasses.replace(s, **{field: wrong}) if s is victim else s for s in manifest.shards
+        )
+    )
     extra: dict[str, Any] = {
         "default": {},
         "verify_downloads": {"verify_downloads": True},
         "cache admission": {"cache_dir": str(tmp_path / "cache"), "cache_max_bytes": 10 << 20},
     }[checked_by]
-    ds = ShardedDataset(url, DatasetConfig(shuffle_shards=False, s3=s3_config, **extra),
-                        manifest=bad)
+    ds = ShardedDataset(
+        url, DatasetConfig(shuffle_shards=False, s3=s3_config, **extra), manifest=bad
+    )
     with pytest.raises(ManifestMismatchError, match=rf"{victim.name}.*manifest says"):
         list(ds)
     if checked_by == "cache admission":

@@ -30,21 +30,33 @@ MIXED = {
 
 @pytest.fixture
 def mixed(project, quarantine_entry):
-    return project({**MIXED, "quarantine.toml": quarantine_entry("suites/unit/test_mixed.py::test_quarantined")})
+    return project(
+        {
+            **MIXED,
+            "quarantine.toml": quarantine_entry("suites/unit/test_mixed.py::test_quarantined"),
+        }
+    )
 
 
 def _harness(pytester, *args, env=None):
     return pytester.run(sys.executable, "-m", "harness.cli", *args, timeout=120)
 
 
-def test_a_mixed_run_writes_junit_json_and_markdown_that_say_exactly_that(mixed, pytester, monkeypatch):
+def test_a_mixed_run_writes_junit_json_and_markdown_that_say_exactly_that(
+    mixed, pytester, monkeypatch
+):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     result = _harness(pytester, "run", "--tier", "unit", "--report-dir", "out", "--seed", "99")
     assert result.ret == 1  # one real failure
     out = pytester.path / "out"
 
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == ("4", "1", "2", "0")
+    assert (
+        suite.get("tests"),
+        suite.get("failures"),
+        suite.get("skipped"),
+        suite.get("errors"),
+    ) == ("4", "1", "2", "0")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert cases["test_fails"].find("failure") is not None
     assert cases["test_skipped"].find("skipped").get("message") == "needs a rainy day"
@@ -54,7 +66,10 @@ def test_a_mixed_run_writes_junit_json_and_markdown_that_say_exactly_that(mixed,
     assert "RuntimeError: flaky socket" in quarantined.get("message")
     props = {p.get("name"): p.get("value") for p in cases["test_quarantined"].iter("property")}
     assert props["harness_tier"] == "unit" and props["harness_quarantined"] == "failed in call"
-    assert cases["test_passes"].find("failure") is None and cases["test_passes"].find("skipped") is None
+    assert (
+        cases["test_passes"].find("failure") is None
+        and cases["test_passes"].find("skipped") is None
+    )
 
     report = json.loads((out / "report.json").read_text())
     assert report["seed"] == 99
@@ -72,7 +87,10 @@ def test_a_mixed_run_writes_junit_json_and_markdown_that_say_exactly_that(mixed,
     assert "| tier | passed | failed | skipped | quarantined |" in summary
     assert "| unit | 1 | 1 | 1 | 1 |" in summary
     assert "Seed `99`" in summary
-    assert "- `suites/unit/test_mixed.py::test_fails` (failed): AssertionError: arithmetic is broken" in summary
+    assert (
+        "- `suites/unit/test_mixed.py::test_fails` (failed): AssertionError: arithmetic is broken"
+        in summary
+    )
     assert "reproduce: `pytest suites/unit/test_mixed.py::test_fails --harness-seed=99`" in summary
     assert "- 1 × needs a rainy day" in summary
     assert "test_quarantined` failed: RuntimeError: flaky socket" in summary
@@ -90,7 +108,9 @@ def test_the_summary_is_appended_to_the_github_step_summary(mixed, pytester, mon
     assert "| unit | 1 | 1 | 1 | 1 |" in text
 
 
-def test_a_passing_run_exits_zero_even_with_a_quarantined_failure(project, pytester, quarantine_entry):
+def test_a_passing_run_exits_zero_even_with_a_quarantined_failure(
+    project, pytester, quarantine_entry
+):
     project(
         {
             "suites/unit/test_ok.py": "def test_ok():\n    pass\n\ndef test_q():\n    assert False\n",
@@ -116,4 +136,6 @@ def test_a_usage_error_is_reported_without_a_stale_report(project, pytester):
     result = _harness(pytester, "run", "--tier", "nonsense", "--report-dir", "out")
     assert result.ret == 4
     assert not (pytester.path / "out/report.json").exists()
-    assert "pytest stopped before writing a report" in (pytester.path / "out/summary.md").read_text()
+    assert (
+        "pytest stopped before writing a report" in (pytester.path / "out/summary.md").read_text()
+    )

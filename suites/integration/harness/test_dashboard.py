@@ -28,7 +28,12 @@ from harness import perf
 # Debian's chromium here (.ci/run installs it); GitHub's ubuntu runners ship Google Chrome,
 # which takes the same headless flags.
 CHROMIUM = next(
-    filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))),
+    filter(
+        None,
+        map(
+            shutil.which, ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+        ),
+    ),
     None,
 )
 pytestmark = pytest.mark.skipif(
@@ -42,9 +47,16 @@ BENCHMARK = "bench_tiny.Loop.time_work"
 SERIES_RGB = (0x24, 0x7A, 0xAD)  # $.asv.colors[0] in asv 0.6.6's asv.js: the first series
 
 ASV_CONF = {
-    "version": 1, "project": "tiny", "repo": ".", "dvcs": "git",
-    "environment_type": "existing", "branches": ["HEAD"], "benchmark_dir": "benchmarks",
-    "env_dir": ".asv/env", "results_dir": ".asv/results", "html_dir": ".asv/html",
+    "version": 1,
+    "project": "tiny",
+    "repo": ".",
+    "dvcs": "git",
+    "environment_type": "existing",
+    "branches": ["HEAD"],
+    "benchmark_dir": "benchmarks",
+    "env_dir": ".asv/env",
+    "results_dir": ".asv/results",
+    "html_dir": ".asv/html",
 }
 TINYLIB = "N = {n}\n\n\ndef work(n):\n    return sum(i % 7 for i in range(n))\n"
 BENCH = """from . import tinylib
@@ -65,10 +77,16 @@ class Sizes:
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +96,10 @@ def site(tmp_path_factory):
     # npm packages are cached once per checkout (.asv/vendor, git-ignored), not per test run.
     vendor = REPO_ROOT / ".asv" / "vendor"
     if shutil.which("npm") is None and not vendor.is_dir():
-        pytest.skip("npm is not installed and no vendored packages are cached: the dashboard "
-                    "fetches its JavaScript libraries with npm pack")
+        pytest.skip(
+            "npm is not installed and no vendored packages are cached: the dashboard "
+            "fetches its JavaScript libraries with npm pack"
+        )
     repo = tmp_path_factory.mktemp("dashboard") / "tiny"
     (repo / "benchmarks").mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
@@ -94,8 +114,9 @@ def site(tmp_path_factory):
         commits.append(_git(repo, "rev-parse", "HEAD"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(perf.VENDOR_DIR_ENV_VAR, str(vendor))
-        for outcome in perf.run_interleaved(repo, commits, passes=1, quick=True,
-                                            machine=MACHINE, echo=None):
+        for outcome in perf.run_interleaved(
+            repo, commits, passes=1, quick=True, machine=MACHINE, echo=None
+        ):
             assert outcome.exit_code == 0, "\n".join(outcome.log[-40:])
         html = perf.publish(repo, echo=None)
     requests: list[str] = []
@@ -111,14 +132,24 @@ def chromium(url: str, tmp_path: Path, *args: str) -> str:
     """Load url in headless Chromium, offline but for loopback; return stdout."""
     profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
     cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={profile}",
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
         # No network beyond localhost: names other than localhost do not resolve, and any
         # connection that is not to loopback goes to a proxy port where nothing listens.
         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
         "--proxy-server=http://127.0.0.1:9",  # loopback is never proxied
-        "--virtual-time-budget=10000", "--window-size=1280,900", *args, url,
+        "--virtual-time-budget=10000",
+        "--window-size=1280,900",
+        *args,
+        url,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -131,8 +162,8 @@ def read_png(path: Path) -> tuple[int, int, int, bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", chunk)
         elif kind == b"IDAT":
@@ -145,7 +176,7 @@ def read_png(path: Path) -> tuple[int, int, int, bytes]:
     out, prev = bytearray(), bytearray(stride)
     for y in range(height):
         start = y * (stride + 1)
-        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
         for i in range(stride):
             a = line[i - channels] if i >= channels else 0
             b, c = prev[i], prev[i - channels] if i >= channels else 0
@@ -168,8 +199,10 @@ def count_pixels(path: Path, rgb: tuple[int, int, int], tolerance: int = 12) -> 
     width, height, channels, pixels = read_png(path)
     r0, g0, b0 = rgb
     return sum(
-        1 for i in range(0, width * height * channels, channels)
-        if abs(pixels[i] - r0) <= tolerance and abs(pixels[i + 1] - g0) <= tolerance
+        1
+        for i in range(0, width * height * channels, channels)
+        if abs(pixels[i] - r0) <= tolerance
+        and abs(pixels[i + 1] - g0) <= tolerance
         and abs(pixels[i + 2] - b0) <= tolerance
     )
 
@@ -178,11 +211,11 @@ def test_the_benchmark_graph_renders_with_its_data_points_offline(site, tmp_path
     html, url, requests = site
     dom = chromium(url + "#" + BENCHMARK, tmp_path, "--dump-dom")
     assert "Can not determine continental origin of swallow" not in dom  # asv's error.html
-    graph = dom[dom.index('id="graph-display"'):]
+    graph = dom[dom.index('id="graph-display"') :]
     assert 'class="flot-base"' in graph, "no flot canvas in the graph display"
     # flot derived a y axis from the timings (asv scales them to a time unit, so the values
     # depend on the machine's speed; that there is a scale at all does not).
-    ticks = [float(t) for t in re.findall(r'flot-tick-label[^>]*>\s*([-+0-9.e]+)\s*<', graph)]
+    ticks = [float(t) for t in re.findall(r"flot-tick-label[^>]*>\s*([-+0-9.e]+)\s*<", graph)]
     assert len(ticks) >= 3 and max(ticks) > 0, f"y-axis ticks {ticks}"
     # The data line itself: the first series colour, drawn by the plot, in the screenshot.
     shot = tmp_path / "graph.png"
@@ -198,7 +231,7 @@ def test_the_grid_shows_a_plot_for_every_benchmark(site, tmp_path):
     dom = chromium(url, tmp_path, "--dump-dom")
     for name in (BENCHMARK, "bench_tiny.Sizes.time_sum"):
         start = dom.index(f'id="summarygrid-{name}"')
-        assert 'class="flot-base"' in dom[start:start + 600], f"no plot for {name}"
+        assert 'class="flot-base"' in dom[start : start + 600], f"no plot for {name}"
     shot = tmp_path / "grid.png"
     chromium(url, tmp_path, f"--screenshot={shot}")
     assert count_pixels(shot, SERIES_RGB) > 200, "the grid's sparklines are empty"
@@ -208,8 +241,12 @@ def test_the_page_references_no_network_resource_and_no_integrity_hash(site):
     html, _, _ = site
     text = (html / "index.html").read_text()
     tags = [m.group(0) for m in perf._RESOURCE_TAG.finditer(text)]
-    external = [t for t in tags if perf._EXTERNAL_ATTR.search(t) and
-                (t.lower().startswith("<script") or "stylesheet" in t.lower())]
+    external = [
+        t
+        for t in tags
+        if perf._EXTERNAL_ATTR.search(t)
+        and (t.lower().startswith("<script") or "stylesheet" in t.lower())
+    ]
     assert external == []
     assert "integrity=" not in text
     assert (html / "vendor" / "bootstrap-3.1.1" / "dist" / "fonts").is_dir()
@@ -222,15 +259,19 @@ def test_plain_asv_output_fails_under_the_same_offline_browser(site, tmp_path):
     repo = html.parents[1]
     raw = tmp_path / "raw-html"
     proc = subprocess.run(
-        [sys.executable, "-m", "asv", "publish", "--html-dir", str(raw)], cwd=repo,
-        env=dict(os.environ, HOME=str(repo / ".asv" / "home")), capture_output=True, text=True,
+        [sys.executable, "-m", "asv", "publish", "--html-dir", str(raw)],
+        cwd=repo,
+        env=dict(os.environ, HOME=str(repo / ".asv" / "home")),
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     server = perf.dashboard_server(raw, port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        dom = chromium(f"http://127.0.0.1:{server.server_address[1]}/#{BENCHMARK}", tmp_path,
-                       "--dump-dom")
+        dom = chromium(
+            f"http://127.0.0.1:{server.server_address[1]}/#{BENCHMARK}", tmp_path, "--dump-dom"
+        )
     finally:
         server.shutdown()
         server.server_close()

@@ -53,7 +53,9 @@ def flakes(project, pytester, monkeypatch):
 
 
 def _hunt(pytester, *args):
-    result = pytester.run(sys.executable, "-m", "harness.cli", "flaky", *args, "--json", timeout=300)
+    result = pytester.run(
+        sys.executable, "-m", "harness.cli", "flaky", *args, "--json", timeout=300
+    )
     out = result.stdout.str()
     return result.ret, json.loads(out[out.index("{") :])
 
@@ -71,7 +73,9 @@ def test_a_plain_bug_is_a_deterministic_failure(flakes, pytester):
 
 
 def test_unseeded_nondeterminism_is_classified_nondeterministic(flakes, pytester):
-    code, hunt = _hunt(pytester, "suites/unit/test_flakes.py::test_unseeded", "--runs", "3", "--seed", "7")
+    code, hunt = _hunt(
+        pytester, "suites/unit/test_flakes.py::test_unseeded", "--runs", "3", "--seed", "7"
+    )
     assert (code, hunt["verdict"]) == (4, "nondeterministic")
     assert "under the same seed 7" in hunt["detail"]
 
@@ -103,15 +107,27 @@ def test_the_quarantine_hunt_writes_a_report_for_every_entry(flakes, pytester, q
         + quarantine_entry("suites/unit/test_flakes.py::test_stable")
     )
     result = pytester.run(
-        sys.executable, "-m", "harness.cli", "flaky", "--quarantined", "--runs", "2",
-        "--report-dir", "flaky", timeout=300,
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "flaky",
+        "--quarantined",
+        "--runs",
+        "2",
+        "--report-dir",
+        "flaky",
+        timeout=300,
     )
     assert result.ret == 0
-    hunts = {h["test"].split("::")[1]: h["verdict"] for h in json.loads((pytester.path / "flaky/flaky.json").read_text())}
+    hunts = {
+        h["test"].split("::")[1]: h["verdict"]
+        for h in json.loads((pytester.path / "flaky/flaky.json").read_text())
+    }
     assert hunts == {"test_broken": "deterministic failure", "test_stable": "stable"}
-    assert "| `suites/unit/test_flakes.py::test_broken` | deterministic failure |" in (
-        pytester.path / "flaky/flaky.md"
-    ).read_text()
+    assert (
+        "| `suites/unit/test_flakes.py::test_broken` | deterministic failure |"
+        in (pytester.path / "flaky/flaky.md").read_text()
+    )
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def work(n):
     return total
 '''
 
-BENCH = '''from . import tinylib
+BENCH = """from . import tinylib
 
 
 class Loop:
@@ -63,18 +63,30 @@ class Loop:
 
     def time_work(self):
         tinylib.work({arg})
-'''
+"""
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
-def _commit(repo: Path, message: str, *, n: int | None = None, bench_arg: str | None = None,
-            readme: str | None = None) -> str:
+def _commit(
+    repo: Path,
+    message: str,
+    *,
+    n: int | None = None,
+    bench_arg: str | None = None,
+    readme: str | None = None,
+) -> str:
     if n is not None:
         (repo / "benchmarks" / "tinylib.py").write_text(TINYLIB.format(n=n))
     if bench_arg is not None:
@@ -99,8 +111,9 @@ def make_tiny_repo(path: Path) -> tuple[Path, str]:
 
 def measure(repo: Path, *commits: str, passes: int = 4, **kwargs) -> perf.RunOutcome:
     """Benchmark commits as CI does: alternating passes on one machine, samples appended."""
-    outcomes = perf.run_interleaved(repo, commits, passes=passes, machine=MACHINE, echo=None,
-                                    **kwargs)
+    outcomes = perf.run_interleaved(
+        repo, commits, passes=passes, machine=MACHINE, echo=None, **kwargs
+    )
     for outcome in outcomes:
         assert outcome.exit_code == 0, "\n".join(outcome.log[-40:])
     return outcomes[-1]
@@ -128,7 +141,8 @@ def project(tmp_path_factory):
 
 
 def test_a_commit_that_makes_a_benchmark_twice_as_slow_fails_the_gate_with_exit_1(
-        project, monkeypatch):
+    project, monkeypatch
+):
     repo, c = project
     measure(repo, c["base"], c["slow"])
     code, output = gate_cli(repo, monkeypatch, c["base"], c["slow"])
@@ -156,12 +170,18 @@ def test_an_unchanged_commit_passes_the_gate_in_five_of_five_runs(project, monke
 
 
 def test_results_recorded_under_another_python_path_exit_2_as_an_environment_mismatch(
-        project, monkeypatch):
+    project, monkeypatch
+):
     repo, c = project
     bindir = Path(perf.python_path()).parent
-    other = next((str(bindir / name) for name in ("python3", "python3.11", "python3.12")
-                  if (bindir / name).exists() and str(bindir / name) != perf.python_path()),
-                 None)
+    other = next(
+        (
+            str(bindir / name)
+            for name in ("python3", "python3.11", "python3.12")
+            if (bindir / name).exists() and str(bindir / name) != perf.python_path()
+        ),
+        None,
+    )
     if other is None:
         pytest.skip(f"no second spelling of this interpreter in {bindir}")
     measure(repo, c["base"], passes=1)
@@ -179,8 +199,10 @@ def test_missing_results_for_either_commit_or_the_machine_exit_2(project, monkey
     for base, head in ((c["base"], c["never-run"]), (c["never-run"], c["base"])):
         code, output = gate_cli(repo, monkeypatch, base, head)
         assert code == 2, output
-        assert f"no results for {'head' if head == c['never-run'] else 'base'} " \
-               f"{c['never-run'][:10]}" in output
+        assert (
+            f"no results for {'head' if head == c['never-run'] else 'base'} "
+            f"{c['never-run'][:10]}" in output
+        )
     monkeypatch.chdir(repo)
     result = CliRunner().invoke(perf_cli, ["gate", c["base"], c["base"], "--machine", "nope"])
     assert result.exit_code == 2 and "no results for machine `nope`" in result.output
@@ -196,7 +218,8 @@ def test_a_changed_benchmark_is_not_comparable_and_exits_2(project, monkeypatch)
 
 
 def test_ci_step_without_a_baseline_says_so_and_exits_0_or_2_when_a_baseline_is_required(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
     monkeypatch.delenv("HARNESS_PERF_BASE_REF", raising=False)
     repo, _ = make_tiny_repo(tmp_path)
@@ -207,21 +230,29 @@ def test_ci_step_without_a_baseline_says_so_and_exits_0_or_2_when_a_baseline_is_
     assert "Perf gate skipped: no baseline" in result.markdown
     assert (tmp_path / "reports" / "perf.md").read_text().strip() == result.markdown.strip()
 
-    required = perf.ci_step(repo, tmp_path / "reports", machine=MACHINE, echo=None,
-                            require_baseline=True)
+    required = perf.ci_step(
+        repo, tmp_path / "reports", machine=MACHINE, echo=None, require_baseline=True
+    )
     assert required.exit_code == 2
     assert "no baseline" in required.skipped_reason
 
 
-def test_ci_step_on_a_branch_measures_its_merge_base_and_fails_a_2x_slowdown(
-        tmp_path, monkeypatch):
+def test_ci_step_on_a_branch_measures_its_merge_base_and_fails_a_2x_slowdown(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
     monkeypatch.delenv("HARNESS_PERF_BASE_REF", raising=False)
     repo, base = make_tiny_repo(tmp_path)
     _git(repo, "checkout", "-q", "-b", "feature")
     _commit(repo, "twice the work", n=40_000)
-    result = perf.ci_step(repo, tmp_path / "reports", machine=MACHINE, echo=None, quick=False,
-                          measure_base="always", passes=4, require_baseline=True)
+    result = perf.ci_step(
+        repo,
+        tmp_path / "reports",
+        machine=MACHINE,
+        echo=None,
+        quick=False,
+        measure_base="always",
+        passes=4,
+        require_baseline=True,
+    )
     assert result.exit_code == 1, result.markdown
     assert result.skipped_reason is None
     assert f"Baseline: `{base[:10]}` (merge-base of HEAD and main" in result.markdown

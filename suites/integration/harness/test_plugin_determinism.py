@@ -40,5 +40,3 @@ def test_deterministic_mode_is_on_under_ci_and_selectable_locally(
     result = pytester.runpytest_subprocess("-s", *args)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*{expected}"])
-
-

@@ -12,7 +12,9 @@ from harness.seeding import derive_seed
 pytest.importorskip("xdist")
 
 
-def test_every_xdist_worker_derives_test_seeds_from_the_controllers_base_seed(project, pytester, monkeypatch):
+def test_every_xdist_worker_derives_test_seeds_from_the_controllers_base_seed(
+    project, pytester, monkeypatch
+):
     out = pytester.path / "seeds.jsonl"
     monkeypatch.setenv("SEEDS_OUT", str(out))
     project(

@@ -50,21 +50,34 @@ def tool(name: str) -> str:
         return str(candidate)
     found = shutil.which(name)
     if found is None:
-        pytest.fail(f"{name} is not in {candidate.parent} nor on PATH: requirements/cpu.lock "
-                    "installs it (make venv)")
+        pytest.fail(
+            f"{name} is not in {candidate.parent} nor on PATH: requirements/cpu.lock "
+            "installs it (make venv)"
+        )
     return found
 
 
-def run(args: list[str], *, cwd: Path = ROOT, timeout: float = 120,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], *, cwd: Path = ROOT, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     # stdin is closed so that act, missing an option, dies at its prompt instead of hanging.
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    return subprocess.run(
+        args,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 def output_of(proc: subprocess.CompletedProcess[str]) -> str:
-    return (f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}"
-            f"\n--- stderr\n{proc.stderr[-6000:]}")
+    return (
+        f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}"
+        f"\n--- stderr\n{proc.stderr[-6000:]}"
+    )
 
 
 def load_workflow(path: Path) -> dict:
@@ -155,7 +168,7 @@ def act_list(event: str | None = None) -> dict[str, str]:
     header = next((row for row in rows if row[:2] == ["Stage", "Job ID"]), None)
     assert header is not None, f"no job table in act -l output\n{output_of(proc)}"
     at_id, at_file = header.index("Job ID"), header.index("Workflow file")
-    body = rows[rows.index(header) + 1:]
+    body = rows[rows.index(header) + 1 :]
     return {row[at_id]: row[at_file] for row in body if len(row) == len(header)}
 
 
@@ -163,8 +176,14 @@ def act_list(event: str | None = None) -> dict[str, str]:
 
 
 def test_workflows_match_githubs_workflow_schema() -> None:
-    proc = run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
-                *map(str, WORKFLOW_FILES)])
+    proc = run(
+        [
+            tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.github-workflows",
+            *map(str, WORKFLOW_FILES),
+        ]
+    )
     assert proc.returncode == 0, output_of(proc)
 
 
@@ -196,8 +215,8 @@ def test_act_lists_every_ci_and_nightly_job() -> None:
 
 def test_pushes_trigger_the_ci_jobs_and_schedules_the_nightly_ones() -> None:
     on_push, on_schedule = set(act_list("push")), set(act_list("schedule"))
-    assert CI_JOBS <= on_push and not NIGHTLY_JOBS & on_push, sorted(on_push)
-    assert NIGHTLY_JOBS <= on_schedule and not CI_JOBS & on_schedule, sorted(on_schedule)
+    assert on_push >= CI_JOBS and not NIGHTLY_JOBS & on_push, sorted(on_push)
+    assert on_schedule >= NIGHTLY_JOBS and not CI_JOBS & on_schedule, sorted(on_schedule)
 
 
 def test_every_remote_action_is_pinned_to_a_commit_sha() -> None:
@@ -286,8 +305,11 @@ def test_act_sees_a_failing_step_as_a_failed_job(tmp_path: Path) -> None:
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "probe"]):
         proc = run([*git, *args], cwd=repo)
         assert proc.returncode == 0, output_of(proc)
-    proc = run([tool("act"), "push", "--json", "--action-cache-path", str(tmp_path / "act")],
-               cwd=repo, env=act_env())
+    proc = run(
+        [tool("act"), "push", "--json", "--action-cache-path", str(tmp_path / "act")],
+        cwd=repo,
+        env=act_env(),
+    )
     assert proc.returncode != 0, "act must exit non-zero when a job fails\n" + output_of(proc)
     results = job_results(act_events(proc.stdout))
     assert results == {"passes": "success", "fails": "failure"}, output_of(proc)
@@ -301,8 +323,11 @@ def test_the_ci_unit_job_passes_under_act_in_host_mode() -> None:
     # The host workspace holds a whole venv (~1.7 GB): a temporary folder removed afterwards,
     # whatever the outcome (act keeps a failed job's workspace).
     with tempfile.TemporaryDirectory(prefix="act-unit-") as cache:
-        proc = run([tool("act"), "push", "-j", "unit", "--json", "--action-cache-path", cache],
-                   env=act_env(), timeout=UNIT_JOB_TIMEOUT_S)
+        proc = run(
+            [tool("act"), "push", "-j", "unit", "--json", "--action-cache-path", cache],
+            env=act_env(),
+            timeout=UNIT_JOB_TIMEOUT_S,
+        )
     events = act_events(proc.stdout)
     results = job_results(events)
     assert "unit" in results, "act did not run the unit job\n" + output_of(proc)

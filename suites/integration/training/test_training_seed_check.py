@@ -62,7 +62,15 @@ SCHEMAS = Path(checkpoint_module.__file__).parent
 
 def run_entry_point(config: Path, run_dir: Path) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "reference_impls.training", "--config", config, "--run-dir", run_dir],
+        [
+            sys.executable,
+            "-m",
+            "reference_impls.training",
+            "--config",
+            config,
+            "--run-dir",
+            run_dir,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

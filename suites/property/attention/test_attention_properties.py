@@ -48,8 +48,11 @@ def problems(draw, dtypes=(torch.float32, torch.float16, torch.bfloat16)):
 
 
 def make_qkv(s, dtype):
-    shapes = ((s["b"], s["h"], s["n_q"], s["d"]), (s["b"], s["h_kv"], s["n_k"], s["d"]),
-              (s["b"], s["h_kv"], s["n_k"], s["d"]))
+    shapes = (
+        (s["b"], s["h"], s["n_q"], s["d"]),
+        (s["b"], s["h_kv"], s["n_k"], s["d"]),
+        (s["b"], s["h_kv"], s["n_k"], s["d"]),
+    )
     return [torch.randn(x, device=DEVICE).to(dtype).requires_grad_() for x in shapes]
 
 
@@ -113,5 +116,10 @@ def test_property_file_runs_the_kernels_it_claims(causal):
     """A guard for the bounds above: one fixed example must really exercise the kernel path
     (a silently empty strategy would make every property vacuous)."""
     q, k, v = make_qkv(dict(b=1, h=2, h_kv=1, n_q=9, n_k=13, d=16), torch.float32)
-    assert rel_error(attention(q, k, v, causal=causal),
-                     reference_attention(q.double(), k.double(), v.double(), causal=causal)) < 1e-5
+    assert (
+        rel_error(
+            attention(q, k, v, causal=causal),
+            reference_attention(q.double(), k.double(), v.double(), causal=causal),
+        )
+        < 1e-5
+    )

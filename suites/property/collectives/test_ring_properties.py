@@ -15,7 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from reference_impls.collectives import RING_SCHEDULE, RingSchedule, ring_cost, simulate_ring_allreduce
+from reference_impls.collectives import (
+    RING_SCHEDULE,
+    RingSchedule,
+    ring_cost,
+    simulate_ring_allreduce,
+)
 from reference_impls.collectives.schedule import ALL_GATHER, REDUCE_SCATTER
 
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
@@ -40,7 +45,9 @@ def ring_cases(draw, ops=OPS, min_workers=1, min_length=0) -> RingCase:
     dtype = np.dtype(draw(st.sampled_from(INT_DTYPES + FLOAT_DTYPES)))
     op = draw(st.sampled_from([o for o in ops if o != "mean" or dtype.kind == "f"]))
     if dtype.kind in "iu":
-        elements = st.integers(np.iinfo(dtype).min, np.iinfo(dtype).max)  # overflow wraps, like NumPy
+        elements = st.integers(
+            np.iinfo(dtype).min, np.iinfo(dtype).max
+        )  # overflow wraps, like NumPy
     else:
         # Bounded so that 9 workers' float16 sums stay finite (max 65504).
         elements = st.floats(-1000, 1000, width=dtype.itemsize * 8, allow_nan=False)
@@ -153,7 +160,9 @@ BROKEN = {
     ),
     # Every rank sends the same chunk at a step: the receivers combine into chunks that
     # their own senders never reduced.
-    "reduce-scatter ignores the rank": RingSchedule(reduce_scatter_chunk=lambda r, k, n: (0 * r - k) % n),
+    "reduce-scatter ignores the rank": RingSchedule(
+        reduce_scatter_chunk=lambda r, k, n: (0 * r - k) % n
+    ),
 }
 
 
@@ -184,6 +193,8 @@ def test_signed_zeros_expose_an_adding_all_gather_even_under_max():
     # Kept as a fixed example because the random search need not find it on every run.
     case = RingCase([np.array([0.0, 0.0], np.float16), np.array([-0.0, -0.0], np.float16)], "max")
     check_workers_agree_bitwise(case, simulate_ring_allreduce(case.arrays, "max"))
-    broken = simulate_ring_allreduce(case.arrays, "max", schedule=BROKEN["all-gather adds instead of overwriting"])
+    broken = simulate_ring_allreduce(
+        case.arrays, "max", schedule=BROKEN["all-gather adds instead of overwriting"]
+    )
     with pytest.raises(AssertionError, match="worker 1 differs from worker 0"):
         check_workers_agree_bitwise(case, broken)

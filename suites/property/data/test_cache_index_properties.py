@@ -23,9 +23,14 @@ from reference_impls.data.tario import END_OF_ARCHIVE, iter_samples, sample_byte
 
 member_sizes = st.one_of(st.integers(0, 2 * INLINE_MAX), st.integers(INLINE_MAX, 5000))
 samples_strategy = st.lists(
-    st.dictionaries(st.sampled_from(["bin", "cls", "json", "seg.png", "a.b.c"]),
-                    member_sizes, min_size=1, max_size=4),
-    min_size=0, max_size=25,
+    st.dictionaries(
+        st.sampled_from(["bin", "cls", "json", "seg.png", "a.b.c"]),
+        member_sizes,
+        min_size=1,
+        max_size=4,
+    ),
+    min_size=0,
+    max_size=25,
 )
 
 
@@ -34,11 +39,12 @@ samples_strategy = st.lists(
 def test_an_index_reads_exactly_what_the_parser_yields_from_any_sample_on(layouts, skip, fill):
     parts = []
     for i, fields in enumerate(layouts):
-        parts += sample_bytes(f"k{i}", {ext: bytes([(fill + i + len(ext)) % 256]) * size
-                                        for ext, size in fields.items()})
+        parts += sample_bytes(
+            f"k{i}",
+            {ext: bytes([(fill + i + len(ext)) % 256]) * size for ext, size in fields.items()},
+        )
     data = b"".join(parts) + END_OF_ARCHIVE
-    ident = {"size": len(data), "crc": zlib.crc32(data),
-             "sha256": hashlib.sha256(data).hexdigest()}
+    ident = {"size": len(data), "crc": zlib.crc32(data), "sha256": hashlib.sha256(data).hexdigest()}
     index = ShardIndex.scan(data, "s.tar")
     encoded = index.encode(**ident)
     assert encoded is not None
@@ -69,14 +75,22 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root, cache
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(buffer_size=st.integers(0, 40), world_size=st.integers(1, 4), data=st.data())
 def test_a_resumed_epoch_from_a_warm_cache_yields_what_the_uncached_reader_yields(
-        warm, monkeypatch, buffer_size, world_size, data):
+    warm, monkeypatch, buffer_size, world_size, data
+):
     root, cache = warm
     rank = data.draw(st.integers(0, world_size - 1))
-    kw = {"seed": 7, "shuffle_buffer": buffer_size, "rank": rank, "world_size": world_size,
-          "prefetch_depth": data.draw(st.integers(0, 2))}
+    kw = {
+        "seed": 7,
+        "shuffle_buffer": buffer_size,
+        "rank": rank,
+        "world_size": world_size,
+        "prefetch_depth": data.draw(st.integers(0, 2)),
+    }
     with_cache = {"cache_dir": str(cache), "cache_max_bytes": 1 << 24}
 
     def make(**extra: object) -> ShardedDataset:
@@ -93,8 +107,9 @@ def test_a_resumed_epoch_from_a_warm_cache_yields_what_the_uncached_reader_yield
     resumed.load_state_dict(first.state_dict())
     parsed = []
     real = dataset_module.iter_samples
-    monkeypatch.setattr(dataset_module, "iter_samples",
-                        lambda *a, **k: parsed.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        dataset_module, "iter_samples", lambda *a, **k: parsed.append(1) or real(*a, **k)
+    )
     rest = [list(s.items()) for s in resumed]
     monkeypatch.undo()
     assert not parsed and resumed.metrics.cache_index_rebuilds == 0

@@ -22,16 +22,23 @@ from reference_impls.data.tario import END_OF_ARCHIVE, iter_samples, sample_byte
 shard_counts = st.lists(st.integers(0, 40), min_size=1, max_size=25).filter(lambda c: sum(c) > 0)
 
 
-@given(counts=shard_counts, world_size=st.integers(1, 12), workers=st.integers(1, 5),
-       seed=st.integers(0, 2**32 - 1), epoch=st.integers(0, 50),
-       uneven=st.sampled_from(["pad", "drop"]))
-def test_every_sample_is_read_once_and_ranks_have_equal_lengths(counts, world_size, workers, seed,
-                                                                 epoch, uneven):
+@given(
+    counts=shard_counts,
+    world_size=st.integers(1, 12),
+    workers=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+    epoch=st.integers(0, 50),
+    uneven=st.sampled_from(["pad", "drop"]),
+)
+def test_every_sample_is_read_once_and_ranks_have_equal_lengths(
+    counts, world_size, workers, seed, epoch, uneven
+):
     total = sum(counts)
     if uneven == "drop" and total < world_size:
         with pytest.raises(ValueError, match="gives every rank 0 samples"):
-            plan_worker(counts, seed=seed, epoch=epoch, rank=0, world_size=world_size,
-                        uneven=uneven)
+            plan_worker(
+                counts, seed=seed, epoch=epoch, rank=0, world_size=world_size, uneven=uneven
+            )
         return
     seen: collections.Counter[tuple[int, int]] = collections.Counter()
     pads = 0
@@ -39,9 +46,16 @@ def test_every_sample_is_read_once_and_ranks_have_equal_lengths(counts, world_si
     for rank in range(world_size):
         rank_items = 0
         for worker in range(workers):
-            for seg in plan_worker(counts, seed=seed, epoch=epoch, rank=rank,
-                                   world_size=world_size, worker=worker, num_workers=workers,
-                                   uneven=uneven):
+            for seg in plan_worker(
+                counts,
+                seed=seed,
+                epoch=epoch,
+                rank=rank,
+                world_size=world_size,
+                worker=worker,
+                num_workers=workers,
+                uneven=uneven,
+            ):
                 assert 0 <= seg.start < seg.stop <= counts[seg.shard]
                 rank_items += len(seg)
                 if seg.pad:
@@ -67,11 +81,14 @@ def test_a_shuffle_schedule_resumed_after_any_prefix_continues_the_same_order(n,
 
 
 samples_strategy = st.lists(
-    st.fixed_dictionaries({
-        "bin": st.binary(max_size=1500),
-        "txt": st.text(max_size=30).map(str.encode),
-    }),
-    min_size=0, max_size=12,
+    st.fixed_dictionaries(
+        {
+            "bin": st.binary(max_size=1500),
+            "txt": st.text(max_size=30).map(str.encode),
+        }
+    ),
+    min_size=0,
+    max_size=12,
 )
 
 
@@ -82,8 +99,14 @@ def test_tar_samples_round_trip_under_any_chunking(samples, chunk, skip):
         parts += sample_bytes(f"k{i}", fields)
     data = b"".join(parts) + END_OF_ARCHIVE
     counts = [-1]
-    got = list(iter_samples([data[i : i + chunk] for i in range(0, len(data), chunk)], "s.tar",
-                            skip=skip, counts=counts))
+    got = list(
+        iter_samples(
+            [data[i : i + chunk] for i in range(0, len(data), chunk)],
+            "s.tar",
+            skip=skip,
+            counts=counts,
+        )
+    )
     assert got == [{"__key__": f"k{i}", **f} for i, f in enumerate(samples)][skip:]
     assert counts == [len(samples)]
 
@@ -97,13 +120,17 @@ def local_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(buffer_size=st.integers(0, 40), world_size=st.integers(1, 4), data=st.data())
-def test_a_resumed_epoch_yields_exactly_the_unconsumed_rest_in_order(local_dataset, buffer_size,
-                                                                      world_size, data):
+def test_a_resumed_epoch_yields_exactly_the_unconsumed_rest_in_order(
+    local_dataset, buffer_size, world_size, data
+):
     rank = data.draw(st.integers(0, world_size - 1))
-    config = DatasetConfig(seed=7, shuffle_buffer=buffer_size, rank=rank, world_size=world_size,
-                           prefetch_depth=1)
+    config = DatasetConfig(
+        seed=7, shuffle_buffer=buffer_size, rank=rank, world_size=world_size, prefetch_depth=1
+    )
     full_ds = ShardedDataset(local_dataset, config)
     full_ds.set_epoch(2)
     full = [s["__key__"] for s in full_ds]

@@ -17,8 +17,9 @@ FLOAT_DTYPES = st.sampled_from([np.float16, np.float32, np.float64])
 
 
 def finite_arrays(dtype=np.float64, max_magnitude=None, shape=SHAPES):
-    bound = {} if max_magnitude is None else {"min_value": -max_magnitude,
-                                              "max_value": max_magnitude}
+    bound = (
+        {} if max_magnitude is None else {"min_value": -max_magnitude, "max_value": max_magnitude}
+    )
     width = np.dtype(dtype).itemsize * 8
     elements = st.floats(allow_nan=False, allow_infinity=False, width=width, **bound)
     return hnp.arrays(dtype, shape, elements=elements)

@@ -87,8 +87,8 @@ def test_causal_with_fewer_queries_than_keys_is_aligned_bottom_right():
     out = attention(q, k, v, causal=True)
     # The last query sees every key; query i sees keys 0 .. i + 35 (bottom-right alignment).
     for i in range(5):
-        seen = float64_run(q[:, :, i:i + 1], k[:, :, :36 + i], v[:, :, :36 + i])
-        assert_close(out[:, :, i:i + 1].double(), seen, rtol=1e-5, atol=1e-6)  # fp32 rounding
+        seen = float64_run(q[:, :, i : i + 1], k[:, :, : 36 + i], v[:, :, : 36 + i])
+        assert_close(out[:, :, i : i + 1].double(), seen, rtol=1e-5, atol=1e-6)  # fp32 rounding
 
 
 def test_causal_queries_that_see_no_key_get_zero_output_and_zero_gradient():
@@ -160,7 +160,8 @@ def test_reference_matches_torch_sdpa():
     q, k, v = (t.detach().double() for t in make_qkv(2, 4, 12, 12, 16, h_kv=2))
     for causal in (False, True):
         expected = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=causal, enable_gqa=True)
+            q, k, v, is_causal=causal, enable_gqa=True
+        )
         assert_close(reference_attention(q, k, v, causal=causal), expected)
 
 
@@ -175,20 +176,47 @@ BAD_INPUTS = {
     "3 dims": ((_t(2, 8, 16), _t(2, 8, 16), _t(2, 8, 16)), {}, r"4 dims .*\(2, 8, 16\)"),
     "batch": ((_t(2, 2, 8, 16), _t(3, 2, 8, 16), _t(3, 2, 8, 16)), {}, r"batch size, got 2 and 3"),
     "heads": ((_t(1, 3, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16)), {}, r"\(3\) .* \(2\)"),
-    "head dims": ((_t(1, 2, 8, 32), _t(1, 2, 8, 16), _t(1, 2, 8, 16)), {}, r"head dim, got 32 and 16"),
-    "k vs v": ((_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 9, 16)), {}, r"k \(1, 2, 8, 16\) and v \(1, 2, 9, 16\)"),
+    "head dims": (
+        (_t(1, 2, 8, 32), _t(1, 2, 8, 16), _t(1, 2, 8, 16)),
+        {},
+        r"head dim, got 32 and 16",
+    ),
+    "k vs v": (
+        (_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 9, 16)),
+        {},
+        r"k \(1, 2, 8, 16\) and v \(1, 2, 9, 16\)",
+    ),
     "head dim 12": ((_t(1, 1, 8, 12),) * 3, {}, r"multiple of 8 .*, got 12"),
     "head dim 512": ((_t(1, 1, 8, 512),) * 3, {}, r"at most 256, got 512"),
     "float64": ((_t(1, 1, 8, 16, dtype=torch.float64),) * 3, {}, r"got torch.float64"),
-    "int": ((torch.ones(1, 1, 8, 16, dtype=torch.int32, device=DEVICE),) * 3, {}, r"got torch.int32"),
-    "dtypes": ((_t(1, 1, 8, 16), _t(1, 1, 8, 16, dtype=torch.float16), _t(1, 1, 8, 16)), {},
-               r"one dtype, got torch.float32, torch.float16, torch.float32"),
-    "devices": ((_t(1, 1, 8, 16), _t(1, 1, 8, 16, device="meta"), _t(1, 1, 8, 16)), {}, r"one device.*meta"),
-    "empty": ((_t(1, 1, 0, 16), _t(1, 1, 8, 16), _t(1, 1, 8, 16)), {}, r"non-empty.*\(1, 1, 0, 16\)"),
+    "int": (
+        (torch.ones(1, 1, 8, 16, dtype=torch.int32, device=DEVICE),) * 3,
+        {},
+        r"got torch.int32",
+    ),
+    "dtypes": (
+        (_t(1, 1, 8, 16), _t(1, 1, 8, 16, dtype=torch.float16), _t(1, 1, 8, 16)),
+        {},
+        r"one dtype, got torch.float32, torch.float16, torch.float32",
+    ),
+    "devices": (
+        (_t(1, 1, 8, 16), _t(1, 1, 8, 16, device="meta"), _t(1, 1, 8, 16)),
+        {},
+        r"one device.*meta",
+    ),
+    "empty": (
+        (_t(1, 1, 0, 16), _t(1, 1, 8, 16), _t(1, 1, 8, 16)),
+        {},
+        r"non-empty.*\(1, 1, 0, 16\)",
+    ),
     "causal": ((_t(1, 1, 8, 16),) * 3, {"causal": "yes"}, r"causal must be a bool, got 'yes'"),
     "scale nan": ((_t(1, 1, 8, 16),) * 3, {"sm_scale": float("nan")}, r"sm_scale .* got nan"),
     "scale 0": ((_t(1, 1, 8, 16),) * 3, {"sm_scale": 0.0}, r"sm_scale .* got 0.0"),
-    "not a tensor": (([[1.0]], _t(1, 1, 8, 16), _t(1, 1, 8, 16)), {}, r"q must be a torch.Tensor, got list"),
+    "not a tensor": (
+        ([[1.0]], _t(1, 1, 8, 16), _t(1, 1, 8, 16)),
+        {},
+        r"q must be a torch.Tensor, got list",
+    ),
 }
 
 

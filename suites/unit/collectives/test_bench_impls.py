@@ -8,7 +8,13 @@ from reference_impls.collectives.busbw import BenchSpec, parse_impl
 
 @pytest.mark.parametrize(
     "impl",
-    ["all_reduce", "all_reduce:graph=1", "ring", "ring:segments=2:check=0", "ring:ctas=100:graph=1"],
+    [
+        "all_reduce",
+        "all_reduce:graph=1",
+        "ring",
+        "ring:segments=2:check=0",
+        "ring:ctas=100:graph=1",
+    ],
 )
 def test_valid_impl_strings_make_a_maker(impl):
     assert callable(parse_impl(impl))

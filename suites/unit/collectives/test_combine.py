@@ -16,7 +16,9 @@ DEVICE = "cpu" if INTERPRET else "cuda"
 TORCH_OP = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int8])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int8]
+)
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
 @pytest.mark.parametrize(("numel", "ctas"), [(1, 4), (8193, 1), (3 * 8192 + 5, 2)])
 def test_combine_equals_torch_bit_for_bit(dtype, op, numel, ctas):

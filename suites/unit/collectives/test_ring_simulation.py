@@ -31,7 +31,11 @@ def _arrays(rng, n, length, dtype):
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
 def test_every_worker_gets_numpys_exact_reduction_of_integers(n, length, op):
     arrays = _arrays(np.random.default_rng(n * 100 + length), n, length, np.int32)
-    expected = NUMPY_REDUCE[op](np.stack(arrays), axis=0).astype(np.int32) if length else np.zeros(0, np.int32)
+    expected = (
+        NUMPY_REDUCE[op](np.stack(arrays), axis=0).astype(np.int32)
+        if length
+        else np.zeros(0, np.int32)
+    )
     for worker, result in enumerate(simulate_ring_allreduce(arrays, op)):
         assert result.dtype == np.int32 and result.shape == (length,)
         np.testing.assert_array_equal(result, expected, err_msg=f"worker {worker} of {n}")
@@ -51,7 +55,9 @@ def test_float_results_match_numpy_within_the_summation_error_bound(dtype, op):
     bound = n * eps * np.abs(stacked).sum(0) / (n if op == "mean" else 1)
     for result in simulate_ring_allreduce(arrays, op):
         err = np.abs(result.astype(np.float64) - expected)
-        assert (err <= bound).all(), f"worst excess {np.max(err - bound)} at {np.argmax(err - bound)}"
+        assert (err <= bound).all(), (
+            f"worst excess {np.max(err - bound)} at {np.argmax(err - bound)}"
+        )
 
 
 def test_all_workers_end_bit_identical_because_the_all_gather_copies():
@@ -89,7 +95,9 @@ def test_multidimensional_arrays_keep_their_shape():
 def test_the_message_log_has_every_step_in_order():
     n, length = 4, 10  # chunks of 3, 3, 2, 2 elements
     log: list[Message] = []
-    simulate_ring_allreduce(_arrays(np.random.default_rng(0), n, length, np.float32), message_log=log)
+    simulate_ring_allreduce(
+        _arrays(np.random.default_rng(0), n, length, np.float32), message_log=log
+    )
     assert len(log) == n * 2 * (n - 1)
     assert [m.step for m in log] == sorted(m.step for m in log)
     assert {m.phase for m in log if m.step < n - 1} == {REDUCE_SCATTER}
@@ -148,14 +156,20 @@ def test_chunk_bounds_follow_numpy_array_split():
 
 def test_the_correct_schedule_gives_each_worker_chunk_r_plus_1_after_the_reduce_scatter():
     for n in (2, 3, 8):
-        assert [RING_SCHEDULE.owned_chunk(r, n) for r in range(n)] == [(r + 1) % n for r in range(n)]
+        assert [RING_SCHEDULE.owned_chunk(r, n) for r in range(n)] == [
+            (r + 1) % n for r in range(n)
+        ]
 
 
 @pytest.mark.parametrize(
     "arrays, op, message",
     [
         ([], "sum", "at least one worker's array, got none"),
-        ([np.zeros(3), np.zeros(4)], "sum", r"worker 0 has \(3,\) float64, worker 1 has \(4,\) float64"),
+        (
+            [np.zeros(3), np.zeros(4)],
+            "sum",
+            r"worker 0 has \(3,\) float64, worker 1 has \(4,\) float64",
+        ),
         ([np.zeros(3), np.zeros(3, np.float32)], "sum", "worker 1 has \\(3,\\) float32"),
         ([np.zeros(3)], "prod", "op must be one of sum, mean, max, min; got 'prod'"),
         ([np.zeros(3, np.int64)], "mean", "op='mean' needs a floating-point dtype, got int64"),
@@ -206,7 +220,10 @@ def test_ring_config_rejects_bad_values_with_the_value_in_the_message(kwargs, me
     "kwargs, message",
     [
         ({"world_size": 0}, "world_size must be an int >= 1, got 0"),
-        ({"world_size": 2, "backend": "mpi"}, "backend must be one of gloo, nccl, cpu:gloo,cuda:nccl; got 'mpi'"),
+        (
+            {"world_size": 2, "backend": "mpi"},
+            "backend must be one of gloo, nccl, cpu:gloo,cuda:nccl; got 'mpi'",
+        ),
         ({"world_size": 2, "start_method": "fork"}, "'fork' is unsafe"),
         ({"world_size": 2, "timeout_s": -1}, "timeout_s must be > 0 seconds, got -1"),
         ({"world_size": 2, "threads_per_rank": 0}, "threads_per_rank must be None or >= 1, got 0"),

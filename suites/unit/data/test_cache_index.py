@@ -40,8 +40,10 @@ def odd_archive(rng: random.Random, n: int, fmt: int = tarfile.GNU_FORMAT) -> by
     and multi-dot extensions, varying member sets per sample, keyless and metadata members, a
     directory, a non-UTF-8 name byte, empty members."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt, encoding="utf-8",
-                      errors="surrogateescape") as tf:
+    with tarfile.open(
+        fileobj=buf, mode="w", format=fmt, encoding="utf-8", errors="surrogateescape"
+    ) as tf:
+
         def add(name: str, data: bytes) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -109,12 +111,15 @@ def test_an_index_of_uniform_samples_reads_them_like_the_parser(tmp_path, seed):
     rng = random.Random(seed)
     parts = []
     for i in range(30):
-        parts += sample_bytes(f"k{i:03d}", {"bin": rng.randbytes(rng.choice(SIZES)),
-                                            "cls": str(i).encode()})
+        parts += sample_bytes(
+            f"k{i:03d}", {"bin": rng.randbytes(rng.choice(SIZES)), "cls": str(i).encode()}
+        )
     data = b"".join(parts) + END_OF_ARCHIVE
     path = tmp_path / "u.tar"
     path.write_bytes(data)
-    decoded = ShardIndex.decode(ShardIndex.scan(data, "u").encode(**identity(data)), **identity(data))
+    decoded = ShardIndex.decode(
+        ShardIndex.scan(data, "u").encode(**identity(data)), **identity(data)
+    )
     assert decoded is not None and len(set(map(id, decoded.layouts))) == 1  # one shared layout
     assert items(read_all(decoded, path)) == items(list(iter_samples([data], "u")))
 
@@ -137,8 +142,11 @@ def test_a_corrupt_or_truncated_index_file_is_never_accepted(seed):
         assert ShardIndex.decode(good[:cut], **ident) is None, f"truncation to {cut} accepted"
     assert ShardIndex.decode(good + b"\0", **ident) is None
     # The index of another tar (a stale one): intact, but not this tar's.
-    for key, value in [("size", ident["size"] + 512), ("crc", ident["crc"] ^ 1),
-                       ("sha256", hashlib.sha256(b"other").hexdigest())]:
+    for key, value in [
+        ("size", ident["size"] + 512),
+        ("crc", ident["crc"] ^ 1),
+        ("sha256", hashlib.sha256(b"other").hexdigest()),
+    ]:
         assert ShardIndex.decode(good, **{**ident, key: value}) is None
 
 
@@ -146,8 +154,9 @@ def _resigned(body: bytearray) -> bytes:
     return bytes(body) + hashlib.sha256(body).digest()
 
 
-@pytest.mark.parametrize("damage", ["start past the end", "overlap", "counts", "ext id",
-                                    "inline length", "magic"])
+@pytest.mark.parametrize(
+    "damage", ["start past the end", "overlap", "counts", "ext id", "inline length", "magic"]
+)
 def test_an_intact_index_whose_content_does_not_fit_the_tar_is_refused(seed, damage):
     data = odd_archive(random.Random(seed), 6)
     ident = identity(data)
@@ -162,7 +171,9 @@ def test_an_intact_index_whose_content_does_not_fit_the_tar_is_refused(seed, dam
     elif damage == "overlap":  # the member after the first non-empty one starts inside it
         sizes = struct.unpack_from(f"<{m}Q", body, starts + 8 * m)
         j = next(i for i in range(m - 1) if sizes[i] > 0)
-        struct.pack_into("<Q", body, starts + 8 * (j + 1), struct.unpack_from("<Q", body, starts + 8 * j)[0])
+        struct.pack_into(
+            "<Q", body, starts + 8 * (j + 1), struct.unpack_from("<Q", body, starts + 8 * j)[0]
+        )
     elif damage == "counts":
         struct.pack_into("<I", body, counts, struct.unpack_from("<I", body, counts)[0] + 1)
     elif damage == "ext id":
@@ -200,8 +211,13 @@ def odd_dataset(tmp_path, seed) -> tuple[Path, Any]:
 
 
 def cached(root: Path, manifest: Any, cache: Path, **kw: Any) -> ShardedDataset:
-    config = DatasetConfig(shuffle_buffer=0, shuffle_shards=False, cache_dir=str(cache),
-                           cache_max_bytes=kw.pop("cache_max_bytes", 64 << 20), **kw)
+    config = DatasetConfig(
+        shuffle_buffer=0,
+        shuffle_shards=False,
+        cache_dir=str(cache),
+        cache_max_bytes=kw.pop("cache_max_bytes", 64 << 20),
+        **kw,
+    )
     return ShardedDataset(root, config, manifest=manifest)
 
 
@@ -220,10 +236,14 @@ class ParseCounter:
 
 
 def test_a_cache_hit_reads_through_the_index_exactly_the_samples_of_a_parse(
-        odd_dataset, tmp_path, monkeypatch):
+    odd_dataset, tmp_path, monkeypatch
+):
     root, manifest = odd_dataset
-    uncached = list(ShardedDataset(root, DatasetConfig(shuffle_buffer=0, shuffle_shards=False),
-                                   manifest=manifest))
+    uncached = list(
+        ShardedDataset(
+            root, DatasetConfig(shuffle_buffer=0, shuffle_shards=False), manifest=manifest
+        )
+    )
     ds = cached(root, manifest, tmp_path / "cache")
     first = list(ds)  # misses: every shard enters the cache with its index
     tars = sorted((tmp_path / "cache").glob("*.tar"))
@@ -238,10 +258,12 @@ def test_a_cache_hit_reads_through_the_index_exactly_the_samples_of_a_parse(
     assert items(second) == items(first) == items(uncached)
 
 
-@pytest.mark.parametrize("damage", ["missing", "empty", "truncated", "flipped bit",
-                                    "another shard's index"])
+@pytest.mark.parametrize(
+    "damage", ["missing", "empty", "truncated", "flipped bit", "another shard's index"]
+)
 def test_a_bad_index_is_rebuilt_from_the_tar_and_the_samples_are_identical(
-        odd_dataset, tmp_path, monkeypatch, damage):
+    odd_dataset, tmp_path, monkeypatch, damage
+):
     root, manifest = odd_dataset
     cache_dir = tmp_path / "cache"
     ds = cached(root, manifest, cache_dir)
@@ -273,7 +295,8 @@ def test_a_bad_index_is_rebuilt_from_the_tar_and_the_samples_are_identical(
 @pytest.mark.parametrize("verify", ["crc32", "sha256"])
 @pytest.mark.parametrize("where", ["member data", "tar header"])
 def test_a_damaged_cached_tar_is_caught_before_its_samples_even_with_an_intact_index(
-        odd_dataset, tmp_path, verify, where):
+    odd_dataset, tmp_path, verify, where
+):
     root, manifest = odd_dataset
     cache_dir = tmp_path / "cache"
     ds = cached(root, manifest, cache_dir, cache_verify=verify)
@@ -303,14 +326,23 @@ def test_a_damaged_cached_tar_is_caught_before_its_samples_even_with_an_intact_i
 
 
 def test_indexes_are_evicted_and_cleared_with_their_files_and_count_against_the_limit(
-        odd_dataset, tmp_path):
+    odd_dataset, tmp_path
+):
     root, manifest = odd_dataset
     cache_dir = tmp_path / "cache"
     sizes = sorted(s.size for s in manifest.shards)
     limit = sizes[-1] + sizes[-2] + (32 << 10)  # two shards and their indexes, not five
-    ds = ShardedDataset(root, DatasetConfig(shuffle_buffer=0, seed=3, cache_dir=str(cache_dir),
-                                            cache_max_bytes=limit, prefetch_depth=1),
-                        manifest=manifest)
+    ds = ShardedDataset(
+        root,
+        DatasetConfig(
+            shuffle_buffer=0,
+            seed=3,
+            cache_dir=str(cache_dir),
+            cache_max_bytes=limit,
+            prefetch_depth=1,
+        ),
+        manifest=manifest,
+    )
     cache = ShardCache(cache_dir, limit)
     peak = 0
     for epoch in range(3):
@@ -328,21 +360,34 @@ def test_indexes_are_evicted_and_cleared_with_their_files_and_count_against_the_
     (cache_dir / f"{'a' * 64}-0000000a.idx.bak").write_text("not ours either")
     cache.clear()
     assert sorted(p.name for p in cache_dir.iterdir() if not p.name.startswith(".")) == [
-        f"{'a' * 64}-0000000a.idx.bak", "notes.idx"]
+        f"{'a' * 64}-0000000a.idx.bak",
+        "notes.idx",
+    ]
 
 
 def test_stale_index_parts_and_orphan_indexes_are_removed_and_nothing_else(tmp_path):
     cache_dir = tmp_path / "cache"
     cache = ShardCache(cache_dir, 1 << 20)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead_pid = int(dead.stdout)
     stem = f"{'b' * 64}-0123abcd"
-    removed = [f"{stem}.idx",  # no tar beside it
-               f"{stem}.idx.{dead_pid}.1a2b3c4d.part"]
-    kept = [f"{'c' * 64}-0123abcd.tar", f"{'c' * 64}-0123abcd.idx",
-            f"{stem}.idx.{os.getpid()}.1a2b3c4d.part",  # being written by a live process
-            "other.idx", f"{stem}.idx.old", "README"]
+    removed = [
+        f"{stem}.idx",  # no tar beside it
+        f"{stem}.idx.{dead_pid}.1a2b3c4d.part",
+    ]
+    kept = [
+        f"{'c' * 64}-0123abcd.tar",
+        f"{'c' * 64}-0123abcd.idx",
+        f"{stem}.idx.{os.getpid()}.1a2b3c4d.part",  # being written by a live process
+        "other.idx",
+        f"{stem}.idx.old",
+        "README",
+    ]
     for name in removed + kept:
         (cache_dir / name).write_bytes(b"x")
     writer = cache.reserve(ShardInfo(name="n.tar", size=2048, num_samples=1, sha256="d" * 64))
@@ -353,14 +398,19 @@ def test_stale_index_parts_and_orphan_indexes_are_removed_and_nothing_else(tmp_p
 
 @pytest.mark.parametrize("shuffle_buffer", [0, 7])
 def test_a_resume_in_the_middle_of_a_shard_reads_exactly_the_rest_through_the_index(
-        odd_dataset, tmp_path, monkeypatch, shuffle_buffer):
+    odd_dataset, tmp_path, monkeypatch, shuffle_buffer
+):
     root, manifest = odd_dataset
     cache_dir = tmp_path / "cache"
 
     def make(cache: bool) -> ShardedDataset:
-        config = DatasetConfig(seed=5, shuffle_buffer=shuffle_buffer, shuffle_shards=False,
-                               cache_dir=str(cache_dir) if cache else None,
-                               cache_max_bytes=(64 << 20) if cache else None)
+        config = DatasetConfig(
+            seed=5,
+            shuffle_buffer=shuffle_buffer,
+            shuffle_shards=False,
+            cache_dir=str(cache_dir) if cache else None,
+            cache_max_bytes=(64 << 20) if cache else None,
+        )
         ds = ShardedDataset(root, config, manifest=manifest)
         ds.set_epoch(1)
         return ds
@@ -382,18 +432,26 @@ def test_a_resume_in_the_middle_of_a_shard_reads_exactly_the_rest_through_the_in
 
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_segments_starting_mid_shard_read_the_same_samples_from_the_index(
-        odd_dataset, tmp_path, monkeypatch, world_size):
+    odd_dataset, tmp_path, monkeypatch, world_size
+):
     root, manifest = odd_dataset
     cache_dir = tmp_path / "cache"
     list(cached(root, manifest, cache_dir))  # warms the cache
     parses = ParseCounter(monkeypatch)
     starts_mid_shard = False
     for rank in range(world_size):
-        kw: dict[str, Any] = {"seed": 11, "shuffle_buffer": 0, "rank": rank,
-                              "world_size": world_size}
+        kw: dict[str, Any] = {
+            "seed": 11,
+            "shuffle_buffer": 0,
+            "rank": rank,
+            "world_size": world_size,
+        }
         plain = ShardedDataset(root, DatasetConfig(**kw), manifest=manifest)
-        hit = ShardedDataset(root, DatasetConfig(**kw, cache_dir=str(cache_dir),
-                                                 cache_max_bytes=64 << 20), manifest=manifest)
+        hit = ShardedDataset(
+            root,
+            DatasetConfig(**kw, cache_dir=str(cache_dir), cache_max_bytes=64 << 20),
+            manifest=manifest,
+        )
         starts_mid_shard |= any(seg.start > 0 for seg in plain.plan())
         want = list(plain)
         calls = parses.calls

@@ -31,8 +31,11 @@ def test_record_accepts_single_samples_and_collated_batches(local):
     ds = ShardedDataset(local, DatasetConfig(shuffle_buffer=8))
     it = iter(ds)
     ds.record(next(it))
-    batch = {"__index__": torch.tensor([1, 2, 3]), "__worker__": torch.tensor([0, 0, 0]),
-             "__num_workers__": torch.tensor([1, 1, 1])}
+    batch = {
+        "__index__": torch.tensor([1, 2, 3]),
+        "__worker__": torch.tensor([0, 0, 0]),
+        "__num_workers__": torch.tensor([1, 1, 1]),
+    }
     ds.record(batch)
     ds.record({"__index__": [2], "__worker__": [0], "__num_workers__": [1]})  # idempotent
     assert ds.state_dict()["consumed"] == [4]
@@ -50,15 +53,20 @@ def test_a_state_from_another_worker_count_is_refused_when_iterating(local):
     ds.record({"__index__": [3, 5], "__worker__": [0, 1], "__num_workers__": [2, 2]})
     resumed = ShardedDataset(local)
     resumed.load_state_dict(ds.state_dict())
-    with pytest.raises(ValueError, match=r"recorded with 2 DataLoader worker\(s\), this loader has 1"):
+    with pytest.raises(
+        ValueError, match=r"recorded with 2 DataLoader worker\(s\), this loader has 1"
+    ):
         next(iter(resumed))
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"seed": 1}, r"saved with seed=0, this dataset has seed=1"),
-    ({"shuffle_buffer": 5}, r"shuffle_buffer=1000, this dataset has shuffle_buffer=5"),
-    ({"uneven": "drop"}, r"uneven='pad', this dataset has uneven='drop'"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": 1}, r"saved with seed=0, this dataset has seed=1"),
+        ({"shuffle_buffer": 5}, r"shuffle_buffer=1000, this dataset has shuffle_buffer=5"),
+        ({"uneven": "drop"}, r"uneven='pad', this dataset has uneven='drop'"),
+    ],
+)
 def test_a_state_saved_under_other_settings_is_refused_naming_the_setting(local, change, message):
     state = ShardedDataset(local).state_dict()
     with pytest.raises(ValueError, match=message):
@@ -108,7 +116,9 @@ def test_a_local_shard_shorter_than_the_manifest_says_is_an_error_naming_it(loca
     victim = ds.manifest.shards[1]
     path = local / victim.name
     path.write_bytes(path.read_bytes()[:-512])
-    with pytest.raises(ManifestMismatchError, match=rf"{victim.name} has {victim.size - 512} bytes"):
+    with pytest.raises(
+        ManifestMismatchError, match=rf"{victim.name} has {victim.size - 512} bytes"
+    ):
         list(ds)
 
 

@@ -17,29 +17,39 @@ from reference_impls.data.sources import IncompleteResponseError, _S3Range, is_t
 
 
 def client_error(code: str, status: int) -> bce.ClientError:
-    return bce.ClientError({"Error": {"Code": code, "Message": "m"},
-                            "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+    return bce.ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "GetObject",
+    )
 
 
-@pytest.mark.parametrize("exc", [
-    bce.EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
-    bce.ConnectionClosedError(endpoint_url="http://127.0.0.1:1"),
-    bce.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"),
-    u3e.ProtocolError("Connection broken"),
-    ConnectionResetError(104, "reset"),
-    client_error("InternalError", 500),
-    client_error("SlowDown", 503),
-    IncompleteResponseError("no Content-Range"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        bce.EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
+        bce.ConnectionClosedError(endpoint_url="http://127.0.0.1:1"),
+        bce.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"),
+        u3e.ProtocolError("Connection broken"),
+        ConnectionResetError(104, "reset"),
+        client_error("InternalError", 500),
+        client_error("SlowDown", 503),
+        IncompleteResponseError("no Content-Range"),
+    ],
+)
 def test_connection_failures_and_server_errors_are_retried(exc):
     assert is_transient(exc)
 
 
-@pytest.mark.parametrize("exc", [
-    client_error("NoSuchKey", 404), client_error("NoSuchBucket", 404),
-    client_error("AccessDenied", 403), client_error("InvalidRange", 416),
-    ShardNotFoundError("x"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        client_error("NoSuchKey", 404),
+        client_error("NoSuchBucket", 404),
+        client_error("AccessDenied", 403),
+        client_error("InvalidRange", 416),
+        ShardNotFoundError("x"),
+    ],
+)
 def test_missing_objects_and_refusals_are_not_retried(exc):
     assert not is_transient(exc)
 
@@ -60,16 +70,22 @@ def _response(**headers):
 
 
 def test_a_ranged_response_gives_the_object_size_from_content_range():
-    assert _S3Range(_response(ContentRange="bytes 100-999/1000", ContentLength=900), 100).total_size == 1000
+    assert (
+        _S3Range(_response(ContentRange="bytes 100-999/1000", ContentLength=900), 100).total_size
+        == 1000
+    )
     assert _S3Range(_response(ContentLength=1000), 0).total_size == 1000
 
 
-@pytest.mark.parametrize(("headers", "start", "message"), [
-    ({}, 0, r"no Content-Range and no Content-Length \(headers cut\?\)"),
-    ({"ContentLength": 1000}, 100, r"bytes=100- has no Content-Range"),  # Range ignored: a 200
-    ({"ContentRange": "bytes 0-999/1000"}, 100, r"asked for bytes from 100"),
-    ({"ContentRange": "bytes x"}, 0, r"malformed Content-Range"),
-])
+@pytest.mark.parametrize(
+    ("headers", "start", "message"),
+    [
+        ({}, 0, r"no Content-Range and no Content-Length \(headers cut\?\)"),
+        ({"ContentLength": 1000}, 100, r"bytes=100- has no Content-Range"),  # Range ignored: a 200
+        ({"ContentRange": "bytes 0-999/1000"}, 100, r"asked for bytes from 100"),
+        ({"ContentRange": "bytes x"}, 0, r"malformed Content-Range"),
+    ],
+)
 def test_a_response_that_cannot_continue_the_stream_is_refused_for_a_retry(headers, start, message):
     with pytest.raises(IncompleteResponseError, match=message):
         _S3Range(_response(**headers), start)

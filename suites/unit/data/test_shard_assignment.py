@@ -30,16 +30,29 @@ def items(segments: list[Segment]) -> list[tuple[int, int, bool]]:
 def read_all(counts, *, world_size, workers, uneven="pad", seed=0, epoch=0):
     """{(rank, worker): items} for every reader of one epoch."""
     return {
-        (r, w): items(plan_worker(counts, seed=seed, epoch=epoch, rank=r, world_size=world_size,
-                                  worker=w, num_workers=workers, uneven=uneven))
-        for r in range(world_size) for w in range(workers)
+        (r, w): items(
+            plan_worker(
+                counts,
+                seed=seed,
+                epoch=epoch,
+                rank=r,
+                world_size=world_size,
+                worker=w,
+                num_workers=workers,
+                uneven=uneven,
+            )
+        )
+        for r in range(world_size)
+        for w in range(workers)
     }
 
 
 COUNTS = [37, 0, 12, 50, 1, 29, 33, 8, 41, 20]  # 231 samples, an empty shard among them
 
 
-@pytest.mark.parametrize(("world_size", "workers"), [(1, 1), (1, 4), (2, 3), (4, 2), (7, 1), (8, 4)])
+@pytest.mark.parametrize(
+    ("world_size", "workers"), [(1, 1), (1, 4), (2, 3), (4, 2), (7, 1), (8, 4)]
+)
 def test_every_sample_goes_to_exactly_one_reader_per_epoch(world_size, workers):
     plan = read_all(COUNTS, world_size=world_size, workers=workers)
     real = collections.Counter((s, i) for its in plan.values() for s, i, pad in its if not pad)
@@ -87,12 +100,15 @@ def test_drop_with_fewer_samples_than_ranks_is_an_error_naming_both_numbers():
         plan_worker([2, 1], seed=0, epoch=0, rank=0, world_size=5, uneven="drop")
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"rank": 4, "world_size": 4}, r"rank must be in \[0, 4\), got 4"),
-    ({"world_size": 0}, r"world_size must be >= 1, got 0"),
-    ({"worker": 2, "num_workers": 2}, r"worker must be in \[0, 2\), got 2"),
-    ({"uneven": "wrap"}, r"uneven must be one of .*got 'wrap'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rank": 4, "world_size": 4}, r"rank must be in \[0, 4\), got 4"),
+        ({"world_size": 0}, r"world_size must be >= 1, got 0"),
+        ({"worker": 2, "num_workers": 2}, r"worker must be in \[0, 2\), got 2"),
+        ({"uneven": "wrap"}, r"uneven must be one of .*got 'wrap'"),
+    ],
+)
 def test_bad_reader_coordinates_are_rejected_with_the_bad_value(kwargs, message):
     args = {"seed": 0, "epoch": 0, "rank": 0, "world_size": 1} | kwargs
     with pytest.raises(ValueError, match=message):
@@ -109,9 +125,14 @@ def test_a_rank_reads_each_of_its_shards_in_one_piece():
     would download it twice), apart from its pad repeats."""
     for world_size in (2, 3, 5):
         for r in range(world_size):
-            segs = [s for w in range(2) for s in plan_worker(
-                COUNTS, seed=4, epoch=1, rank=r, world_size=world_size, worker=w, num_workers=2)
-                if not s.pad]
+            segs = [
+                s
+                for w in range(2)
+                for s in plan_worker(
+                    COUNTS, seed=4, epoch=1, rank=r, world_size=world_size, worker=w, num_workers=2
+                )
+                if not s.pad
+            ]
             by_shard = collections.defaultdict(list)
             for s in segs:
                 by_shard[s.shard].append(s)
@@ -124,8 +145,11 @@ def test_a_rank_reads_each_of_its_shards_in_one_piece():
 
 def test_the_plan_depends_only_on_seed_epoch_rank_and_worker():
     def plan(seed, epoch):
-        return [plan_worker(COUNTS, seed=seed, epoch=epoch, rank=1, world_size=3, worker=1,
-                            num_workers=2)]
+        return [
+            plan_worker(
+                COUNTS, seed=seed, epoch=epoch, rank=1, world_size=3, worker=1, num_workers=2
+            )
+        ]
 
     assert plan(5, 2) == plan(5, 2)
     assert plan(5, 2) != plan(5, 3)

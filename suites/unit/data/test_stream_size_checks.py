@@ -48,12 +48,20 @@ class _ScriptedSource:
 
 
 def _fetch(source: _ScriptedSource) -> tuple[bytes, Metrics]:
-    shard = ShardInfo(name="shard-0.tar", size=len(DATA), num_samples=1,
-                      sha256=hashlib.sha256(DATA).hexdigest())
+    shard = ShardInfo(
+        name="shard-0.tar", size=len(DATA), num_samples=1, sha256=hashlib.sha256(DATA).hexdigest()
+    )
     metrics = Metrics()
-    fetch = ShardFetch(source, shard, cache=None,
-                       retry=RetryConfig(max_attempts=5, backoff_initial_s=0.001, backoff_max_s=0.001),
-                       chunk_bytes=512, buffer_bytes=1 << 16, verify=True, metrics=metrics).start()
+    fetch = ShardFetch(
+        source,
+        shard,
+        cache=None,
+        retry=RetryConfig(max_attempts=5, backoff_initial_s=0.001, backoff_max_s=0.001),
+        chunk_bytes=512,
+        buffer_bytes=1 << 16,
+        verify=True,
+        metrics=metrics,
+    ).start()
     try:
         return b"".join(bytes(c) for c in fetch.chunks()), metrics
     finally:

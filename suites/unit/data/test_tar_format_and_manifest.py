@@ -38,8 +38,14 @@ def archive(samples: list[dict[str, bytes]]) -> bytes:
 
 
 def make_samples(rng: random.Random, n: int) -> list[dict[str, bytes]]:
-    return [{"__key__": f"dir/s{i:04d}", "bin": rng.randbytes(rng.randrange(0, 3000)),
-             "cls": str(i).encode()} for i in range(n)]
+    return [
+        {
+            "__key__": f"dir/s{i:04d}",
+            "bin": rng.randbytes(rng.randrange(0, 3000)),
+            "cls": str(i).encode(),
+        }
+        for i in range(n)
+    ]
 
 
 def chunked(data: bytes, size: int) -> list[bytes]:
@@ -67,7 +73,11 @@ def test_we_read_archives_written_by_tarfile_in_every_format(fmt):
     long_dir = "d" * 120  # over 100 chars: ustar prefix field, GNU 'L' member, pax path
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
-        for key, ext, data in [("a", "txt", b"x"), ("a", "JSON", b"{}"), (f"{long_dir}/b", "bin", b"yy")]:
+        for key, ext, data in [
+            ("a", "txt", b"x"),
+            ("a", "JSON", b"{}"),
+            (f"{long_dir}/b", "bin", b"yy"),
+        ]:
             info = tarfile.TarInfo(f"{key}.{ext}")
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
@@ -76,8 +86,10 @@ def test_we_read_archives_written_by_tarfile_in_every_format(fmt):
         tf.addfile(d)
     got = list(iter_samples([buf.getvalue()], "t.tar"))
     # Extensions are lower-cased as webdataset does; the directory entry is skipped.
-    assert got == [{"__key__": "a", "txt": b"x", "json": b"{}"},
-                   {"__key__": f"{long_dir}/b", "bin": b"yy"}]
+    assert got == [
+        {"__key__": "a", "txt": b"x", "json": b"{}"},
+        {"__key__": f"{long_dir}/b", "bin": b"yy"},
+    ]
 
 
 def test_members_without_a_key_and_metadata_members_are_skipped():
@@ -127,7 +139,9 @@ def test_a_corrupt_header_is_an_error_naming_the_shard_and_byte(seed):
     data = bytearray(archive(samples))
     second = 512 + len(samples[0]["bin"]) + (-len(samples[0]["bin"]) % 512)
     data[second + 5] ^= 0x01
-    with pytest.raises(ShardFormatError, match=rf"shard 's3://b/x.tar': corrupt tar header at byte {second} "):
+    with pytest.raises(
+        ShardFormatError, match=rf"shard 's3://b/x.tar': corrupt tar header at byte {second} "
+    ):
         list(iter_samples([bytes(data)], "s3://b/x.tar"))
 
 
@@ -139,7 +153,10 @@ def test_a_truncated_archive_is_an_error_naming_the_shard(cut, seed):
 
 
 def test_two_members_with_one_extension_in_a_sample_are_an_error():
-    data = b"".join(sample_bytes("k", {"txt": b"a"}) + sample_bytes("k", {"txt": b"b"})) + END_OF_ARCHIVE
+    data = (
+        b"".join(sample_bytes("k", {"txt": b"a"}) + sample_bytes("k", {"txt": b"b"}))
+        + END_OF_ARCHIVE
+    )
     with pytest.raises(ShardFormatError, match=r"sample 'k' has two members with extension 'txt'"):
         list(iter_samples([data], "x.tar"))
 
@@ -177,13 +194,16 @@ def test_the_writer_is_deterministic(tmp_path):
     assert write(tmp_path / "a") == write(tmp_path / "b")
 
 
-@pytest.mark.parametrize(("sample", "error", "message"), [
-    ({"bin": b"x"}, ValueError, r"needs a '__key__'"),
-    ({"__key__": "a.b", "bin": b"x"}, ValueError, r"key 'a.b' must be .* no '.'"),
-    ({"__key__": "k", "BIN": b"x"}, ValueError, r"extension 'BIN' must be .*lower-case"),
-    ({"__key__": "k", "bin": 3}, TypeError, r"field 'bin' must be bytes or str, got int"),
-    ({"__key__": "k"}, ValueError, r"has no fields"),
-])
+@pytest.mark.parametrize(
+    ("sample", "error", "message"),
+    [
+        ({"bin": b"x"}, ValueError, r"needs a '__key__'"),
+        ({"__key__": "a.b", "bin": b"x"}, ValueError, r"key 'a.b' must be .* no '.'"),
+        ({"__key__": "k", "BIN": b"x"}, ValueError, r"extension 'BIN' must be .*lower-case"),
+        ({"__key__": "k", "bin": 3}, TypeError, r"field 'bin' must be bytes or str, got int"),
+        ({"__key__": "k"}, ValueError, r"has no fields"),
+    ],
+)
 def test_bad_samples_are_rejected_naming_what_is_wrong(tmp_path, sample, error, message):
     with ShardWriter(tmp_path) as w, pytest.raises(error, match=message):
         w.write(sample)
@@ -196,11 +216,14 @@ def test_a_key_repeated_by_the_next_sample_is_rejected(tmp_path):
             w.write({"__key__": "k", "txt": "2"})
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"target_shard_bytes": 100}, r"target_shard_bytes must be >= 10240 .*got 100"),
-    ({"name_pattern": "shard.tar"}, r"must contain \{index\}"),
-    ({"name_pattern": "s-{i}.tar"}, r"str.format pattern using only \{index\}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"target_shard_bytes": 100}, r"target_shard_bytes must be >= 10240 .*got 100"),
+        ({"name_pattern": "shard.tar"}, r"must contain \{index\}"),
+        ({"name_pattern": "s-{i}.tar"}, r"str.format pattern using only \{index\}"),
+    ],
+)
 def test_writer_config_errors_name_the_bad_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         WriterConfig(**kwargs)
@@ -218,22 +241,34 @@ def test_the_manifest_round_trips_through_json():
     assert m.digest == Manifest.from_json(m.to_json()).digest
 
 
-@pytest.mark.parametrize(("doc", "message"), [
-    ({"format": "other", "shards": []}, r"format must be 'ml-harness-shards/1', got 'other'"),
-    ({"format": "ml-harness-shards/1", "shards": [], "extra": 1}, r"unknown key\(s\) \['extra'\]"),
-    ({"format": "ml-harness-shards/1", "shards": [{"name": "a.tar"}]}, r"shard entry 0 must have exactly"),
-])
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"format": "other", "shards": []}, r"format must be 'ml-harness-shards/1', got 'other'"),
+        (
+            {"format": "ml-harness-shards/1", "shards": [], "extra": 1},
+            r"unknown key\(s\) \['extra'\]",
+        ),
+        (
+            {"format": "ml-harness-shards/1", "shards": [{"name": "a.tar"}]},
+            r"shard entry 0 must have exactly",
+        ),
+    ],
+)
 def test_a_malformed_manifest_is_an_error_saying_what_is_wrong(doc, message):
     with pytest.raises(ManifestError, match=message):
         Manifest.from_json(json.dumps(doc), where="m.json")
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({"name": "../x.tar"}, r"relative path inside the dataset"),
-    ({"size": 10}, r"size must be an int >= 1024"),
-    ({"num_samples": -1}, r"num_samples must be an int >= 0, got -1"),
-    ({"sha256": "xyz"}, r"sha256 must be 64 lower-case hex digits, got 'xyz'"),
-])
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"name": "../x.tar"}, r"relative path inside the dataset"),
+        ({"size": 10}, r"size must be an int >= 1024"),
+        ({"num_samples": -1}, r"num_samples must be an int >= 0, got -1"),
+        ({"sha256": "xyz"}, r"sha256 must be 64 lower-case hex digits, got 'xyz'"),
+    ],
+)
 def test_a_bad_shard_entry_is_an_error_naming_the_shard(kw, message):
     with pytest.raises(ManifestError, match=message):
         _info(**kw)
@@ -253,13 +288,20 @@ def test_retry_delays_grow_exponentially_up_to_the_cap():
     assert all(0.075 <= jittered.delay(1, rng) <= 0.1 for _ in range(100))
 
 
-@pytest.mark.parametrize(("cls", "kwargs", "message"), [
-    (RetryConfig, {"max_attempts": 0}, r"max_attempts must be >= 1, got 0"),
-    (RetryConfig, {"backoff_initial_s": 2.0, "backoff_max_s": 1.0}, r"backoff_initial_s <= backoff_max_s"),
-    (S3Config, {"multipart_part_size": 1 << 20}, r"multipart_part_size must be >= 5 MiB"),
-    (S3Config, {"access_key_id": "a"}, r"give access_key_id and secret_access_key together"),
-    (S3Config, {"addressing_style": "dns"}, r"got 'dns'"),
-])
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "message"),
+    [
+        (RetryConfig, {"max_attempts": 0}, r"max_attempts must be >= 1, got 0"),
+        (
+            RetryConfig,
+            {"backoff_initial_s": 2.0, "backoff_max_s": 1.0},
+            r"backoff_initial_s <= backoff_max_s",
+        ),
+        (S3Config, {"multipart_part_size": 1 << 20}, r"multipart_part_size must be >= 5 MiB"),
+        (S3Config, {"access_key_id": "a"}, r"give access_key_id and secret_access_key together"),
+        (S3Config, {"addressing_style": "dns"}, r"got 'dns'"),
+    ],
+)
 def test_config_errors_name_the_bad_value(cls, kwargs, message):
     with pytest.raises(ValueError, match=message):
         cls(**kwargs)
@@ -280,8 +322,9 @@ def test_dataset_config_errors_name_the_bad_value():
 
 def test_the_progress_line_shows_counts_rates_cache_and_blocked_time():
     metrics = Metrics()
-    metrics.add(bytes_network=5_000_000, cache_hits=2, cache_misses=1, retries=3,
-                time_blocked_s=0.5)
+    metrics.add(
+        bytes_network=5_000_000, cache_hits=2, cache_misses=1, retries=3, time_blocked_s=0.5
+    )
     out = io.StringIO()
     display = ProgressDisplay(200, label="data rank 0/2", stream=out, interval_s=60)
     display.update(metrics, 50)
@@ -290,5 +333,8 @@ def test_the_progress_line_shows_counts_rates_cache_and_blocked_time():
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
     assert lines[0].startswith("data rank 0/2: 50/200 samples (25.0%) | ")
-    assert "MB/s" in lines[0] and "cache 2 hit 1 miss 0 corrupt | retries 3 | blocked 0.5 s" in lines[0]
+    assert (
+        "MB/s" in lines[0]
+        and "cache 2 hit 1 miss 0 corrupt | retries 3 | blocked 0.5 s" in lines[0]
+    )
     assert lines[1].startswith("data rank 0/2: 200/200 samples (100.0%)")

@@ -359,10 +359,14 @@ def test_a_toml_schema_validates_like_its_python_twin(tmp_path):
     assert validate(ckpt, schema) == []
     ckpt["model"]["layer1.weight"] = torch.zeros(16, 9)
     del ckpt["epoch"]
-    assert messages(validate(ckpt, schema)) == messages(validate(ckpt, CHECKPOINT)) == [
-        "model.layer1.weight: expected shape (16, 8), got (16, 9)",
-        "epoch: missing metadata key (expected int)",
-    ]
+    assert (
+        messages(validate(ckpt, schema))
+        == messages(validate(ckpt, CHECKPOINT))
+        == [
+            "model.layer1.weight: expected shape (16, 8), got (16, 9)",
+            "epoch: missing metadata key (expected int)",
+        ]
+    )
 
 
 def test_a_json_schema_file_is_read_too(tmp_path):
@@ -379,7 +383,7 @@ def test_a_json_schema_file_is_read_too(tmp_path):
         ('[fields.x]\nkind = "tensor"\ndtype = "flaot32"\n', "unknown dtype 'flaot32'"),
         ('[fields]\nx = "integer"\n', "fields.x: unknown type 'integer'"),
         ('[fields.x]\nkind = "scalr"\n', "'kind' must be one of"),
-        ('fieldz = {}\n', "unknown key(s) fieldz"),
+        ("fieldz = {}\n", "unknown key(s) fieldz"),
         ("[fields\n", "cannot read schema"),
     ],
 )

@@ -224,7 +224,9 @@ def test_cli_check_exits_1_on_drift_and_lists_each_package(tmp_path):
 def test_cli_check_allow_extra_passes_extras_but_still_fails_missing_packages(tmp_path):
     lock = lock_of_this_environment(tmp_path)
     without_click = "".join(
-        line for line in lock.read_text().splitlines(keepends=True) if not line.startswith("click==")
+        line
+        for line in lock.read_text().splitlines(keepends=True)
+        if not line.startswith("click==")
     )
     lock.write_text(without_click)
     strict = CliRunner().invoke(main, ["env", "check", "--lock", str(lock)])

@@ -50,11 +50,16 @@ def test_a_quarantined_test_that_passes_is_reported_as_such(project, pytester, q
     result = pytester.runpytest("-k", "fine")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
-        ["*harness: quarantined tests that passed*", "suites/unit/test_q.py::test_fine: passed while quarantined*"]
+        [
+            "*harness: quarantined tests that passed*",
+            "suites/unit/test_q.py::test_fine: passed while quarantined*",
+        ]
     )
 
 
-def test_an_entry_without_parameters_covers_every_parametrization(project, pytester, quarantine_entry):
+def test_an_entry_without_parameters_covers_every_parametrization(
+    project, pytester, quarantine_entry
+):
     project({**TESTS, "quarantine.toml": quarantine_entry("suites/unit/test_q.py::test_param")})
     result = pytester.runpytest("-k", "param")
     assert result.ret == pytest.ExitCode.OK
@@ -62,21 +67,31 @@ def test_an_entry_without_parameters_covers_every_parametrization(project, pytes
     result.stdout.fnmatch_lines(["*1 passed, * 1 quarantined*"])
 
 
-def test_an_expired_entry_fails_the_run_even_when_every_test_passes(project, pytester, quarantine_entry):
+def test_an_expired_entry_fails_the_run_even_when_every_test_passes(
+    project, pytester, quarantine_entry
+):
     old = dt.date.today() - dt.timedelta(days=40)
-    entry = quarantine_entry("suites/unit/test_q.py::test_fine", added=old, expires=old + dt.timedelta(days=30))
+    entry = quarantine_entry(
+        "suites/unit/test_q.py::test_fine", added=old, expires=old + dt.timedelta(days=30)
+    )
     project({**TESTS, "quarantine.toml": entry})
     result = pytester.runpytest("-k", "fine")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
-        ["*quarantine problems (these fail the run)*", "quarantine.toml:1: quarantine of suites/unit/test_q.py::test_fine expired on*"]
+        [
+            "*quarantine problems (these fail the run)*",
+            "quarantine.toml:1: quarantine of suites/unit/test_q.py::test_fine expired on*",
+        ]
     )
 
 
 @pytest.mark.parametrize(
     ("test", "why"),
     [
-        ("suites/unit/test_q.py::test_renamed_away", "no test test_renamed_away in suites/unit/test_q.py"),
+        (
+            "suites/unit/test_q.py::test_renamed_away",
+            "no test test_renamed_away in suites/unit/test_q.py",
+        ),
         ("suites/unit/test_gone.py::test_x", "file suites/unit/test_gone.py does not exist"),
     ],
     ids=["missing-function", "missing-file"],
@@ -104,8 +119,13 @@ def test_an_entry_for_a_test_outside_the_selection_is_not_mistaken_for_stale(
     assert result.ret == pytest.ExitCode.OK
 
 
-def test_a_malformed_quarantine_file_fails_the_run_naming_its_line(project, pytester, quarantine_entry):
-    broken = quarantine_entry("suites/unit/test_q.py::test_fine") + "\n[[quarantine]]\ntest = \"suites/unit/test_q.py::test_broken\"\n"
+def test_a_malformed_quarantine_file_fails_the_run_naming_its_line(
+    project, pytester, quarantine_entry
+):
+    broken = (
+        quarantine_entry("suites/unit/test_q.py::test_fine")
+        + '\n[[quarantine]]\ntest = "suites/unit/test_q.py::test_broken"\n'
+    )
     project({**TESTS, "quarantine.toml": broken})
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -147,7 +167,9 @@ def test_a_missing_golden_fails_under_ci_and_records_nothing(project, pytester, 
     monkeypatch.setenv("LOSS", "0.25")
     result = _run(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*golden 'final_loss' of test_loss is missing*CI never records goldens*"])
+    result.stdout.fnmatch_lines(
+        ["*golden 'final_loss' of test_loss is missing*CI never records goldens*"]
+    )
     assert not _golden_file(pytester).exists()
 
 
@@ -170,7 +192,9 @@ def test_a_missing_golden_is_recorded_locally_as_reviewable_text(project, pytest
     ("loss", "passes"),
     [("0.25024", True), ("0.2498", True), ("0.25026", False), ("0.2497", False), ("nan", False)],
 )
-def test_a_value_outside_the_band_fails_and_inside_passes(project, pytester, monkeypatch, loss, passes):
+def test_a_value_outside_the_band_fails_and_inside_passes(
+    project, pytester, monkeypatch, loss, passes
+):
     project(GOLDEN)
     monkeypatch.setenv("LOSS", "0.25")
     _run(pytester).assert_outcomes(passed=1)  # records 0.25 with rtol 1e-3: band +-0.00025
@@ -180,7 +204,9 @@ def test_a_value_outside_the_band_fails_and_inside_passes(project, pytester, mon
     result = _run(pytester)
     result.assert_outcomes(passed=int(passes), failed=int(not passes))
     if not passes and loss != "nan":
-        result.stdout.fnmatch_lines(["*golden 'final_loss': got *, recorded 0.25; |difference|*> allowed 0.00025*"])
+        result.stdout.fnmatch_lines(
+            ["*golden 'final_loss': got *, recorded 0.25; |difference|*> allowed 0.00025*"]
+        )
     assert _golden_file(pytester).read_text() == before  # a comparison never writes
 
 
@@ -207,10 +233,14 @@ def test_a_curve_golden_names_the_first_worst_step(project, pytester, monkeypatc
     data["test_loss"]["curve"]["value"] = [1.0, 0.6, 0.25]
     golden.write_text(json.dumps(data))
     result = _run(pytester)
-    result.stdout.fnmatch_lines(["*golden 'curve' at index 1: got 0.5, recorded 0.6*(1 of 3 elements outside the band)*"])
+    result.stdout.fnmatch_lines(
+        ["*golden 'curve' at index 1: got 0.5, recorded 0.6*(1 of 3 elements outside the band)*"]
+    )
 
 
-def test_the_json_report_records_outcomes_tiers_seed_and_quarantine(project, pytester, quarantine_entry):
+def test_the_json_report_records_outcomes_tiers_seed_and_quarantine(
+    project, pytester, quarantine_entry
+):
     project(
         {
             **TESTS,
@@ -218,7 +248,9 @@ def test_the_json_report_records_outcomes_tiers_seed_and_quarantine(project, pyt
             "quarantine.toml": quarantine_entry("suites/unit/test_q.py::test_param"),
         }
     )
-    result = pytester.runpytest("--harness-seed=42", "--harness-json=out/report.json", "-p", "no:randomly")
+    result = pytester.runpytest(
+        "--harness-seed=42", "--harness-json=out/report.json", "-p", "no:randomly"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     report = json.loads((pytester.path / "out/report.json").read_text())
     assert report["seed"] == 42 and report["exit_status"] == 1

@@ -54,7 +54,9 @@ def test_an_unknown_tier_is_a_usage_error_listing_the_known_ones(project, pytest
     project(TWO_TIERS)
     result = pytester.runpytest("--tier", "unti")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*unknown tier(s) unti; known tiers: unit, property, integration, distributed, gpu*"])
+    result.stderr.fnmatch_lines(
+        ["*unknown tier(s) unti; known tiers: unit, property, integration, distributed, gpu*"]
+    )
 
 
 def test_a_tier_with_a_missing_need_is_skipped_with_the_reason_shown(project, pytester):
@@ -70,7 +72,9 @@ def test_a_tier_with_a_missing_need_is_skipped_with_the_reason_shown(project, py
     result = pytester.runpytest("-rs")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(
-        ["SKIPPED*test_i.py*tier integration skipped: needs env:HARNESS_TEST_NEVER_SET: environment variable HARNESS_TEST_NEVER_SET is not set"]
+        [
+            "SKIPPED*test_i.py*tier integration skipped: needs env:HARNESS_TEST_NEVER_SET: environment variable HARNESS_TEST_NEVER_SET is not set"
+        ]
     )
 
 
@@ -128,16 +132,22 @@ def test_an_executable_next_to_the_running_python_meets_an_exe_need(project, pyt
     import sys
     from pathlib import Path
 
-    beside = sorted(p.name for p in Path(sys.executable).parent.iterdir() if p.name.startswith("pip"))
+    beside = sorted(
+        p.name for p in Path(sys.executable).parent.iterdir() if p.name.startswith("pip")
+    )
     assert beside, "expected pip next to the interpreter"
     monkeypatch.setenv("PATH", "/nonexistent")
-    project({"suites/unit/test_n.py": f"""
+    project(
+        {
+            "suites/unit/test_n.py": f"""
         import pytest
 
         @pytest.mark.needs("exe:{beside[0]}")
         def test_needs_pip():
             pass
-    """})
+    """
+        }
+    )
     pytester.runpytest().assert_outcomes(passed=1)
 
 
@@ -159,7 +169,10 @@ def test_a_unit_test_over_its_budget_is_reported_in_the_summary(project, pyteste
     result = pytester.runpytest()
     result.assert_outcomes(passed=2)  # reported, not failed
     result.stdout.fnmatch_lines(
-        ["*harness: 1 test(s) over their tier's time budget*", "*s > 0.2s  suites/unit/test_slow.py::test_slow"]
+        [
+            "*harness: 1 test(s) over their tier's time budget*",
+            "*s > 0.2s  suites/unit/test_slow.py::test_slow",
+        ]
     )
     assert "test_fast" not in result.stdout.str().split("time budget")[1]
 
@@ -241,14 +254,18 @@ def test_the_seed_is_printed_in_the_header_and_taken_from_the_environment(
     project(TWO_TIERS)
     monkeypatch.setenv("HARNESS_SEED", "777")
     result = pytester.runpytest()
-    result.stdout.fnmatch_lines(["harness: seed 777 ($HARNESS_SEED; replay with --harness-seed=777)*"])
+    result.stdout.fnmatch_lines(
+        ["harness: seed 777 ($HARNESS_SEED; replay with --harness-seed=777)*"]
+    )
 
 
 def test_a_bad_seed_is_a_usage_error(project, pytester):
     project(TWO_TIERS)
     result = pytester.runpytest("--harness-seed=abc")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--harness-seed must be an integer, 'last' or 'random', got 'abc'*"])
+    result.stderr.fnmatch_lines(
+        ["*--harness-seed must be an integer, 'last' or 'random', got 'abc'*"]
+    )
 
 
 def test_a_tests_seed_does_not_depend_on_which_other_tests_ran(project, pytester, monkeypatch):
@@ -268,7 +285,9 @@ def test_a_tests_seed_does_not_depend_on_which_other_tests_ran(project, pytester
     out = pytester.path / "seeds.jsonl"
     monkeypatch.setenv("DRAWS_OUT", str(out))
     pytester.runpytest("--harness-seed=5").assert_outcomes(passed=2)
-    pytester.runpytest("--harness-seed=5", "suites/unit/test_s.py::test_b").assert_outcomes(passed=1)
+    pytester.runpytest("--harness-seed=5", "suites/unit/test_s.py::test_b").assert_outcomes(
+        passed=1
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["a"] != rows[1]["b"]  # each test has its own seed
     assert rows[1]["b"] == rows[2]["b"]  # and keeps it when run alone
@@ -289,7 +308,9 @@ def test_a_failing_test_prints_a_repro_command_that_reproduces_the_failure(proje
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    match = re.search(r"^(pytest suites/unit/test_r.py::test_unlucky --harness-seed=\d+)$", out, re.M)
+    match = re.search(
+        r"^(pytest suites/unit/test_r.py::test_unlucky --harness-seed=\d+)$", out, re.M
+    )
     assert match, out
     drawn = re.search(r"AssertionError: drew (\S+)", out).group(1)
     rerun = pytester.runpytest(*shlex.split(match.group(1))[1:])

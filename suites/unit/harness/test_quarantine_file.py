@@ -119,8 +119,12 @@ MALFORMED = [
     ("missing-key", entry_text() + "\n" + entry_text("a.py::t", issue=None), 8, ["'issue'"]),
     ("two-missing-keys", entry_text(issue=None, added=None), 1, ["'issue', 'added'"]),
     ("reason-not-string", entry_text(reason="3"), 3, ["reason must be a string", "integer"]),
-    ("added-quoted", entry_text(added='"2026-11-30"'), 5,
-     ["write added = 2026-11-30 without quotes"]),
+    (
+        "added-quoted",
+        entry_text(added='"2026-11-30"'),
+        5,
+        ["write added = 2026-11-30 without quotes"],
+    ),
     ("expires-quoted", entry_text(expires="'31/12/2026'"), 6, ["without quotes"]),
     ("expires-datetime", entry_text(expires="2026-12-31T10:00:00"), 6, ["date-time"]),
     ("expires-integer", entry_text(expires="30"), 6, ["TOML date", "integer"]),
@@ -138,7 +142,8 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(
-    "text, line, words", [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED])
+    "text, line, words", [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED]
+)
 def test_a_malformed_file_is_an_error_that_names_the_path_and_line(tmp_path, text, line, words):
     path = write(tmp_path, text)
 
@@ -246,12 +251,18 @@ def test_add_takes_days_or_an_explicit_expiry(tmp_path):
     assert add(path, "b.py::t", expires=explicit).expires == explicit
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"days": 0}, "between 1 and"),
-    ({"days": q.MAX_DAYS + 1}, "between 1 and"),
-    ({"expires": TODAY + datetime.timedelta(days=q.MAX_DAYS + 1)}, f"at most {q.MAX_DAYS} days"),
-    ({"expires": TODAY - datetime.timedelta(days=1)}, "in the past"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"days": 0}, "between 1 and"),
+        ({"days": q.MAX_DAYS + 1}, "between 1 and"),
+        (
+            {"expires": TODAY + datetime.timedelta(days=q.MAX_DAYS + 1)},
+            f"at most {q.MAX_DAYS} days",
+        ),
+        ({"expires": TODAY - datetime.timedelta(days=1)}, "in the past"),
+    ],
+)
 def test_add_refuses_a_quarantine_longer_than_the_maximum_or_already_over(tmp_path, kwargs, words):
     path = write(tmp_path, VALID)
 
@@ -310,10 +321,13 @@ def test_add_creates_a_missing_file_with_the_explanatory_header(tmp_path):
     assert [entry.test for entry in q.load(path)] == ["a.py::t"]
 
 
-@pytest.mark.parametrize("test, words", [
-    ("suites/unit/test_a.py::test_one", "already quarantined (until"),
-    ("suites/unit/test_a.py::test_one[3]", "covers every parametrization"),
-])
+@pytest.mark.parametrize(
+    "test, words",
+    [
+        ("suites/unit/test_a.py::test_one", "already quarantined (until"),
+        ("suites/unit/test_a.py::test_one[3]", "covers every parametrization"),
+    ],
+)
 def test_add_refuses_a_test_that_is_already_quarantined(tmp_path, test, words):
     path = write(tmp_path, VALID)
 
@@ -324,11 +338,14 @@ def test_add_refuses_a_test_that_is_already_quarantined(tmp_path, test, words):
     assert path.read_text() == VALID
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"issue": "ML-123"}, "http(s) URL"),
-    ({"issue": "github.com/ORG/REPO/issues/1"}, "http(s) URL"),
-    ({"reason": ""}, "reason is empty"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"issue": "ML-123"}, "http(s) URL"),
+        ({"issue": "github.com/ORG/REPO/issues/1"}, "http(s) URL"),
+        ({"reason": ""}, "reason is empty"),
+    ],
+)
 def test_add_refuses_an_entry_without_a_link_or_a_reason(tmp_path, kwargs, words):
     path = write(tmp_path, VALID)
 
@@ -358,7 +375,7 @@ def test_add_escapes_quotes_and_backslashes_so_the_file_stays_valid(tmp_path):
     path = tmp_path / "quarantine.toml"
     reason = 'prints "nan" then \\n; """ends early""" sometimes'
 
-    add(path, "a.py::t[x\"y]", reason=reason)
+    add(path, 'a.py::t[x"y]', reason=reason)
 
     assert q.load(path)[0].reason == reason
     assert q.load(path)[0].test == 'a.py::t[x"y]'
@@ -408,7 +425,8 @@ def test_remove_deletes_only_that_entry_and_keeps_the_comments(tmp_path):
 
     assert removed.reason == "fails about 1 in 50 on the GPU runner"
     assert [entry.test for entry in q.load(path)] == [
-        "suites/unit/test_b.py::TestAttention::test_backward[bf16]"]
+        "suites/unit/test_b.py::TestAttention::test_backward[bf16]"
+    ]
     text = path.read_text()
     assert text.startswith("# Flaky tests, reviewed like code.\n\n# Only the bf16 case flakes.\n")
 
@@ -429,8 +447,10 @@ def test_remove_of_an_unknown_test_names_the_closest_entries(tmp_path):
     with pytest.raises(q.QuarantineError) as info:
         q.remove(path, "suites/unit/test_a.py::test_onee")
 
-    assert str(info.value) == (f"{path}: no entry for 'suites/unit/test_a.py::test_onee'; "
-                               "did you mean 'suites/unit/test_a.py::test_one'?")
+    assert str(info.value) == (
+        f"{path}: no entry for 'suites/unit/test_a.py::test_onee'; "
+        "did you mean 'suites/unit/test_a.py::test_one'?"
+    )
     assert path.read_text() == VALID
 
 
@@ -471,8 +491,13 @@ def write_relative_to_today(tmp_path: Path, *expires_in_days: int) -> Path:
     for number, offset in enumerate(expires_in_days):
         expires = today + datetime.timedelta(days=offset)
         added = expires - datetime.timedelta(days=10)
-        blocks.append(entry_text(f"suites/unit/test_{number}.py::test_it",
-                                 added=added.isoformat(), expires=expires.isoformat()))
+        blocks.append(
+            entry_text(
+                f"suites/unit/test_{number}.py::test_it",
+                added=added.isoformat(),
+                expires=expires.isoformat(),
+            )
+        )
     return write(tmp_path, "\n".join(blocks))
 
 
@@ -526,17 +551,27 @@ def test_list_json_gives_every_field_and_keeps_the_exit_status(tmp_path):
         ("suites/unit/test_0.py::test_it", 2, False),
         ("suites/unit/test_1.py::test_it", -1, True),
     ]
-    assert set(listed[0]) == {"test", "reason", "issue", "added", "expires", "days_left",
-                              "expired", "line"}
+    assert set(listed[0]) == {
+        "test",
+        "reason",
+        "issue",
+        "added",
+        "expires",
+        "days_left",
+        "expired",
+        "line",
+    }
 
 
 def test_cli_add_then_list_then_remove_uses_quarantine_toml_in_the_current_directory(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     test = "suites/unit/test_x.py::test_y[fp16]"
 
-    added = cli("add", test, "--reason", "flaky on GPU", "--issue", "https://x.org/i/1",
-                "--days", "14")
+    added = cli(
+        "add", test, "--reason", "flaky on GPU", "--issue", "https://x.org/i/1", "--days", "14"
+    )
     listed = cli("list")
     removed = cli("remove", test)
 
@@ -552,20 +587,33 @@ def test_cli_add_with_an_explicit_expiry_date(tmp_path):
     path = tmp_path / "quarantine.toml"
     expires = datetime.date.today() + datetime.timedelta(days=20)
 
-    result = cli("add", "a.py::t", "--reason", "r", "--issue", "https://x.org/1",
-                 "--expires", expires.isoformat(), "--file", str(path))
+    result = cli(
+        "add",
+        "a.py::t",
+        "--reason",
+        "r",
+        "--issue",
+        "https://x.org/1",
+        "--expires",
+        expires.isoformat(),
+        "--file",
+        str(path),
+    )
 
     assert result.exit_code == 0, result.output
     assert q.load(path)[0].expires == expires
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--issue", "ML-1"], "http(s) URL"),
-    (["--issue", "https://x.org/1", "--days", "5", "--expires", "2099-01-01"], "not both"),
-    (["--issue", "https://x.org/1", "--days", str(q.MAX_DAYS + 1)], "--days"),
-    (["--issue", "https://x.org/1", "--expires", "31/12/2026"], "--expires"),
-    (["--issue", "https://x.org/1", "--test-typo"], "No such option"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--issue", "ML-1"], "http(s) URL"),
+        (["--issue", "https://x.org/1", "--days", "5", "--expires", "2099-01-01"], "not both"),
+        (["--issue", "https://x.org/1", "--days", str(q.MAX_DAYS + 1)], "--days"),
+        (["--issue", "https://x.org/1", "--expires", "31/12/2026"], "--expires"),
+        (["--issue", "https://x.org/1", "--test-typo"], "No such option"),
+    ],
+)
 def test_cli_add_refuses_bad_arguments_with_exit_2_and_writes_nothing(tmp_path, args, words):
     path = tmp_path / "quarantine.toml"
 
@@ -579,8 +627,16 @@ def test_cli_add_refuses_bad_arguments_with_exit_2_and_writes_nothing(tmp_path, 
 def test_cli_add_of_a_duplicate_exits_2_and_names_the_line(tmp_path):
     path = write(tmp_path, VALID)
 
-    result = cli("add", "suites/unit/test_a.py::test_one", "--reason", "r",
-                 "--issue", "https://x.org/1", "--file", str(path))
+    result = cli(
+        "add",
+        "suites/unit/test_a.py::test_one",
+        "--reason",
+        "r",
+        "--issue",
+        "https://x.org/1",
+        "--file",
+        str(path),
+    )
 
     assert result.exit_code == 2
     assert f"{path}:3: " in result.output and "already quarantined" in result.output

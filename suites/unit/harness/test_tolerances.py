@@ -42,8 +42,8 @@ def message_of(actual, expected, **kwargs) -> str:
 
 
 def test_the_default_table_holds_the_specified_tolerances():
-    expected = {**SPEC, **{name: (0.0, 0.0) for name in INTEGER_DTYPES}}
-    assert DEFAULT_TOLERANCES == expected
+    expected = {**SPEC, **dict.fromkeys(INTEGER_DTYPES, (0.0, 0.0))}
+    assert expected == DEFAULT_TOLERANCES
 
 
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
@@ -52,8 +52,15 @@ def test_the_table_agrees_with_torch_testing_where_torch_has_a_default():
     default_tolerances = getattr(torch.testing._comparison, "default_tolerances", None)
     if default_tolerances is None:
         pytest.skip("torch.testing._comparison.default_tolerances is gone in this torch")
-    for name in ["float64", "float32", "float16", "bfloat16", "complex32", "complex64",
-                 "complex128"]:
+    for name in [
+        "float64",
+        "float32",
+        "float16",
+        "bfloat16",
+        "complex32",
+        "complex64",
+        "complex128",
+    ]:
         torch_defaults = default_tolerances(torch.empty(0, dtype=getattr(torch, name)))
         assert DEFAULT_TOLERANCES[name] == pytest.approx(torch_defaults), name
 
@@ -69,8 +76,9 @@ MAGNITUDES = [0.0, 1.0, 3.0]  # 0 tests atol alone; 1 and 3 (exact in float8) ad
 
 def boundary_cases(inside: bool) -> list:
     factor = 0.999 if inside else 1.001
-    return [pytest.param(name, e, factor, id=f"{name}-{e}")
-            for name in REAL_FLOATS for e in MAGNITUDES]
+    return [
+        pytest.param(name, e, factor, id=f"{name}-{e}") for name in REAL_FLOATS for e in MAGNITUDES
+    ]
 
 
 @pytest.mark.parametrize(("name", "e", "factor"), boundary_cases(inside=True))
@@ -247,8 +255,9 @@ def test_none_matches_only_none():
     assert "The failure occurred at actual[0]." in message_of([torch.ones(1)], [None])
 
 
-@pytest.mark.parametrize("bad", ["1.0", b"1", {1, 2}, object()],
-                         ids=["str", "bytes", "set", "object"])
+@pytest.mark.parametrize(
+    "bad", ["1.0", b"1", {1, 2}, object()], ids=["str", "bytes", "set", "object"]
+)
 def test_an_unsupported_type_is_a_type_error_naming_it(bad):
     with pytest.raises(TypeError, match=re.escape(type(bad).__name__)):
         assert_close({"x": [bad]}, {"x": [bad]})
@@ -376,8 +385,9 @@ def test_a_dtype_mismatch_names_both_dtypes_and_the_way_out():
     )
 
 
-@pytest.mark.parametrize(("actual_shape", "expected_shape"),
-                         [((2, 3), (3, 2)), ((3,), (1, 3)), ((), (1,))])
+@pytest.mark.parametrize(
+    ("actual_shape", "expected_shape"), [((2, 3), (3, 2)), ((3,), (1, 3)), ((), (1,))]
+)
 def test_a_shape_mismatch_names_both_shapes_and_never_broadcasts(actual_shape, expected_shape):
     message = message_of(np.zeros(actual_shape), np.zeros(expected_shape))
     assert message == f"shape mismatch: actual {actual_shape}, expected {expected_shape}"
