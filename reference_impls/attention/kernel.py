@@ -401,6 +401,32 @@ def _attn_bwd_dq(
     )
 
 
+@triton.jit(do_not_specialize=_NOT_SPECIALIZED)
+def _attn_bwd_delta(
+    desc_o,
+    desc_do,
+    DELTA,
+    n_q,
+    num_heads,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """delta = rowsum(dO * O) (B, H, Nq) fp32, before the one-pass backward: every key block
+    needs it for every query row, so it cannot be computed inside that pass. One read of O and
+    dO, memory-bound (about 1-2% of the backward at the benchmark's shapes)."""
+    num_m = tl.cdiv(n_q, BLOCK_M)
+    pid = tl.program_id(0)
+    bh = pid // num_m
+    start_m = (pid % num_m) * BLOCK_M
+    b = bh // num_heads
+    h = bh % num_heads
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    o = desc_o.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+    do = desc_do.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(DELTA + bh * n_q + offs_m, delta, mask=offs_m < n_q)
+
+
 @triton.jit
 def _attn_bwd_dkdv_inner(
     dk,
@@ -411,6 +437,7 @@ def _attn_bwd_dkdv_inner(
     desc_do,
     LSE,
     DELTA,
+    DQ,
     b,
     h,
     q_row0,
@@ -419,20 +446,27 @@ def _attn_bwd_dkdv_inner(
     offs_n,
     n_q,
     n_k,
+    head_dim,
     causal_shift,
     qk_scale,
+    sm_scale,
     BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     """dk += dS^T @ Q and dv += P^T @ dO over query blocks ``[lo, hi)`` of one query head.
 
     Works on transposed tiles, (BLOCK_N, BLOCK_M), so that each product's left operand is
-    already in registers and Q/dO are used as loaded.
+    already in registers and Q/dO are used as loaded. With ``ATOMIC_DQ`` the same dS also gives
+    this key block's share of dQ, dS @ K, added to the fp32 rows of ``DQ`` with atomics (the
+    five-matmul backward of FlashAttention-2); dS is then pre-scaled by ``sm_scale``, so neither
+    dQ nor dK needs a final multiply.
     """
+    offs_d = tl.arange(0, HEAD_DIM)
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -454,8 +488,19 @@ def _attn_bwd_dkdv_inner(
             p_t = tl.where(keep, p_t, 0.0)
         dv = _dot(p_t.to(do.dtype), do, dv, UPCAST, PRECISION)
         dp_t = _dot(v, do.T, None, UPCAST, PRECISION)  # (BLOCK_N, BLOCK_M)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = _dot(ds_t.to(q.dtype), q, dk, UPCAST, PRECISION)
+        if ATOMIC_DQ:
+            ds_t = (p_t * (dp_t - delta[None, :]) * sm_scale).to(q.dtype)
+            dk = _dot(ds_t, q, dk, UPCAST, PRECISION)
+            dq = _dot(ds_t.T, k, None, UPCAST, PRECISION)  # (BLOCK_M, HEAD_DIM)
+            dq_ptrs = DQ + (q_row0 + offs_m).to(tl.int64)[:, None] * head_dim + offs_d[None, :]
+            dq_ok = (offs_d < head_dim)[None, :]
+            if MASKED:
+                dq_ok = dq_ok & in_seq[:, None]
+            # Nothing reads the old value: relaxed ordering lets this lower to a reduction.
+            tl.atomic_add(dq_ptrs, dq, mask=dq_ok, sem="relaxed")
+        else:
+            ds_t = p_t * (dp_t - delta[None, :])
+            dk = _dot(ds_t.to(q.dtype), q, dk, UPCAST, PRECISION)
     return dk, dv
 
 
@@ -469,6 +514,7 @@ def _attn_bwd_dkdv_head(
     desc_do,
     LSE,
     DELTA,
+    DQ,
     b,
     h,
     num_heads,
@@ -480,11 +526,14 @@ def _attn_bwd_dkdv_head(
     offs_n,
     n_q,
     n_k,
+    head_dim,
     causal_shift,
     qk_scale,
+    sm_scale,
     BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -499,6 +548,7 @@ def _attn_bwd_dkdv_head(
         desc_do,
         LSE,
         DELTA,
+        DQ,
         b,
         h,
         q_row0,
@@ -507,12 +557,15 @@ def _attn_bwd_dkdv_head(
         offs_n,
         n_q,
         n_k,
+        head_dim,
         causal_shift,
         qk_scale,
+        sm_scale,
         BLOCK_M,
         HEAD_DIM,
         True,
         CAUSAL,
+        ATOMIC_DQ,
         UPCAST,
         PRECISION,
     )
@@ -525,6 +578,7 @@ def _attn_bwd_dkdv_head(
         desc_do,
         LSE,
         DELTA,
+        DQ,
         b,
         h,
         q_row0,
@@ -533,12 +587,15 @@ def _attn_bwd_dkdv_head(
         offs_n,
         n_q,
         n_k,
+        head_dim,
         causal_shift,
         qk_scale,
+        sm_scale,
         BLOCK_M,
         HEAD_DIM,
         False,
         CAUSAL,
+        ATOMIC_DQ,
         UPCAST,
         PRECISION,
     )
@@ -551,6 +608,7 @@ def _attn_bwd_dkdv_head(
         desc_do,
         LSE,
         DELTA,
+        DQ,
         b,
         h,
         q_row0,
@@ -559,12 +617,15 @@ def _attn_bwd_dkdv_head(
         offs_n,
         n_q,
         n_k,
+        head_dim,
         causal_shift,
         qk_scale,
+        sm_scale,
         BLOCK_M,
         HEAD_DIM,
         True,
         CAUSAL,
+        ATOMIC_DQ,
         UPCAST,
         PRECISION,
     )
@@ -579,6 +640,7 @@ def _attn_bwd_dkdv(
     desc_do,
     DK,
     DV,
+    DQ,
     LSE,
     DELTA,
     sm_scale,
@@ -590,6 +652,7 @@ def _attn_bwd_dkdv(
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     GROUPED: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr,
@@ -642,6 +705,7 @@ def _attn_bwd_dkdv(
                 desc_do,
                 LSE,
                 DELTA,
+                DQ,
                 b,
                 hkv * group_size + g,
                 num_heads,
@@ -653,11 +717,14 @@ def _attn_bwd_dkdv(
                 offs_n,
                 n_q,
                 n_k,
+                head_dim,
                 causal_shift,
                 qk_scale,
+                sm_scale,
                 BLOCK_M,
                 HEAD_DIM,
                 CAUSAL,
+                ATOMIC_DQ,
                 UPCAST,
                 PRECISION,
             )
@@ -673,6 +740,7 @@ def _attn_bwd_dkdv(
             desc_do,
             LSE,
             DELTA,
+            DQ,
             b,
             hkv,
             num_heads,
@@ -684,15 +752,19 @@ def _attn_bwd_dkdv(
             offs_n,
             n_q,
             n_k,
+            head_dim,
             causal_shift,
             qk_scale,
+            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             CAUSAL,
+            ATOMIC_DQ,
             UPCAST,
             PRECISION,
         )
-    dk = dk * sm_scale
+    if not ATOMIC_DQ:
+        dk = dk * sm_scale  # (with ATOMIC_DQ, dS came pre-scaled)
     col_ok = (offs_n < n_k)[:, None] & (offs_d < head_dim)[None, :]
     row = (kv_row0 + offs_n).to(tl.int64)[:, None] * head_dim + offs_d[None, :]
     tl.store(DK + row, dk.to(DK.dtype.element_ty), mask=col_ok)
@@ -739,6 +811,7 @@ if INTERPRET:
     _FWD_TABLE = {0: [(32, 16, 4, 1)]}
     _DQ_TABLE = {0: [(32, 16, 4, 1)]}
     _DKDV_TABLE = {0: [(16, 32, 4, 1)]}
+    _FUSED_TABLE = {0: [(16, 32, 4, 1)]}
 else:
     _FWD_TABLE = {
         32: [(128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3)],
@@ -758,6 +831,15 @@ else:
         128: [(64, 64, 8, 3), (64, 64, 8, 4), (128, 64, 8, 3), (32, 128, 8, 3)],
         256: [(64, 64, 8, 2), (32, 64, 8, 2)],  # spills either way: a 2 x 64 x 256 fp32 accumulator
     }
+    _FUSED_TABLE = {  # the dK/dV kernel with the atomic dQ (head dims up to 128 only)
+        32: [(64, 128, 8, 3), (64, 64, 4, 3), (32, 128, 4, 3)],
+        64: [(64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 8, 3), (64, 64, 8, 2), (64, 64, 4, 3),
+             (32, 128, 4, 3), (32, 128, 8, 3)],
+        128: [(64, 64, 8, 2), (64, 64, 8, 3), (32, 64, 8, 2), (32, 64, 8, 3), (32, 128, 8, 2),
+              (32, 128, 8, 3)],
+    }
+    _FWD_TABLE[64] += [(128, 128, 8, 4), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3)]
+    _FWD_TABLE[128] += [(128, 128, 8, 2), (128, 128, 8, 4), (128, 64, 8, 4), (64, 128, 4, 3)]
 
 # fp32 tiles take twice the shared memory and use no tensor-core path at full fp32 precision:
 # a few conservative configs that fit, chosen by head dim.
@@ -817,17 +899,26 @@ class _KeyArg:
         return getattr(self.fn, name)
 
 
-def _tuned(kernel_fn, hook, table):
+def _tuned(kernel_fn, hook, table, reset_to_zero=None):
     return triton.autotune(
         _all_configs(hook, table),
         key=["LEN_KEY", "HEAD_DIM", "CAUSAL", "GROUPED"],
         prune_configs_by={"early_config_prune": _prune(table)},
+        # The atomic dQ accumulates: each config the autotuner times starts from zeros again.
+        reset_to_zero=reset_to_zero,
     )(_KeyArg(kernel_fn))
 
 
 _fwd = _tuned(_attn_fwd, _FWD_HOOK, _FWD_TABLE)
 _bwd_dq = _tuned(_attn_bwd_dq, _DQ_HOOK, _DQ_TABLE)
 _bwd_dkdv = _tuned(_attn_bwd_dkdv, _DKDV_HOOK, _DKDV_TABLE)
+# The same kernel with ATOMIC_DQ=True: its own tuned configs (dQ's tile adds registers).
+_bwd_fused = _tuned(_attn_bwd_dkdv, _DKDV_HOOK, _FUSED_TABLE, reset_to_zero=["DQ"])
+
+# Head dims (padded) up to which the backward defaults to one pass with the atomic dQ. At 256,
+# dK, dV and dQ's fp32 tiles together far exceed the register file; the two-pass backward
+# stays (it spills less).
+MAX_ATOMIC_HEAD_DIM = 128
 
 
 # ---------------------------------------------------------------------------------------------
@@ -941,7 +1032,7 @@ def _launch_args(q, k, causal):
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
+    def forward(ctx, q, k, v, causal, sm_scale, deterministic):
         q, k, v = _prepare(q), _prepare(k), _prepare(v)
         b, h, n_q, _ = q.shape
         sizes, common = _launch_args(q, k, causal)
@@ -950,48 +1041,63 @@ class _FlashAttention(torch.autograd.Function):
         grid = lambda meta: (b * h * triton.cdiv(n_q, meta["BLOCK_M"]),)  # noqa: E731
         _fwd[grid](_desc(q), _desc(k), _desc(v), o, lse, sm_scale, *sizes, **common)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.causal, ctx.sm_scale, ctx.deterministic = causal, sm_scale, deterministic
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         do = _prepare(do)
-        b, h, n_q, _ = q.shape
-        hk, n_k = k.shape[1], k.shape[2]
         sizes, common = _launch_args(q, k, ctx.causal)
-        dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
-        delta = torch.empty_like(lse)  # (B, H, Nq) fp32, written by the dq kernel
-        grid_dq = lambda meta: (b * h * triton.cdiv(n_q, meta["BLOCK_M"]),)  # noqa: E731
-        _bwd_dq[grid_dq](
-            _desc(q),
-            _desc(k),
-            _desc(v),
-            _desc(o),
-            _desc(do),
-            dq,
-            lse,
-            delta,
-            ctx.sm_scale,
-            *sizes,
-            **common,
-        )
-        grid_kv = lambda meta: (b * hk * triton.cdiv(n_k, meta["BLOCK_N"]),)  # noqa: E731
-        _bwd_dkdv[grid_kv](
-            _desc(q),
-            _desc(k),
-            _desc(v),
-            _desc(do),
-            dk,
-            dv,
-            lse,
-            delta,
-            ctx.sm_scale,
-            *sizes,
-            GROUPED=hk != h,
-            **common,
-        )
-        return dq, dk, dv, None, None
+        if ctx.deterministic or common["HEAD_DIM"] > MAX_ATOMIC_HEAD_DIM:
+            dq, dk, dv = _backward_two_pass(q, k, v, o, lse, do, ctx.sm_scale, sizes, common)
+        else:
+            dq, dk, dv = _backward_atomic(q, k, v, o, lse, do, ctx.sm_scale, sizes, common)
+        return dq, dk, dv, None, None, None
+
+
+def _backward_two_pass(q, k, v, o, lse, do, sm_scale, sizes, common):
+    """Deterministic: dQ in one kernel (which also writes delta), dK/dV in a second; seven
+    matmuls, no atomics, the same bits on every run."""
+    b, h, n_q, _ = q.shape
+    hk, n_k = k.shape[1], k.shape[2]
+    dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
+    delta = torch.empty_like(lse)  # (B, H, Nq) fp32, written by the dq kernel
+    grid_dq = lambda meta: (b * h * triton.cdiv(n_q, meta["BLOCK_M"]),)  # noqa: E731
+    _bwd_dq[grid_dq](
+        _desc(q), _desc(k), _desc(v), _desc(o), _desc(do), dq, lse, delta, sm_scale,
+        *sizes, **common,
+    )  # fmt: skip
+    grid_kv = lambda meta: (b * hk * triton.cdiv(n_k, meta["BLOCK_N"]),)  # noqa: E731
+    _bwd_dkdv[grid_kv](
+        _desc(q), _desc(k), _desc(v), _desc(do), dk, dv, dq, lse, delta, sm_scale,
+        *sizes, GROUPED=hk != h, ATOMIC_DQ=False, **common,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+def _backward_atomic(q, k, v, o, lse, do, sm_scale, sizes, common):
+    """One pass over key blocks (five matmuls): delta first, then dK/dV with dQ added to an
+    fp32 buffer by atomics, then dQ cast to the input dtype. The order of the atomic adds
+    varies from run to run, so dQ's last bits do too."""
+    b, h, n_q, _ = q.shape
+    hk, n_k = k.shape[1], k.shape[2]
+    dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (k, v))
+    dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)  # (B, H, Nq, D)
+    delta = torch.empty_like(lse)  # (B, H, Nq) fp32
+    head_dim_pad = common["HEAD_DIM"]
+    block_m = 16 if INTERPRET else 64
+    desc_o, desc_do = _desc(o), _desc(do)
+    desc_o.block_shape = desc_do.block_shape = [1, 1, block_m, head_dim_pad]
+    _attn_bwd_delta[(b * h * triton.cdiv(n_q, block_m),)](
+        desc_o, desc_do, delta, n_q, h, HEAD_DIM=head_dim_pad, BLOCK_M=block_m, num_warps=4
+    )
+    grid_kv = lambda meta: (b * hk * triton.cdiv(n_k, meta["BLOCK_N"]),)  # noqa: E731
+    _bwd_fused[grid_kv](
+        _desc(q), _desc(k), _desc(v), _desc(do), dk, dv, dq32, lse, delta, sm_scale,
+        *sizes, GROUPED=hk != h, ATOMIC_DQ=True, **common,
+    )  # fmt: skip
+    return dq32.to(q.dtype), dk, dv
 
 
 def attention(
@@ -1000,6 +1106,7 @@ def attention(
     v: torch.Tensor,
     causal: bool = False,
     sm_scale: float | None = None,
+    deterministic: bool | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * sm_scale [+ causal mask]) v, fused, differentiable.
 
@@ -1009,17 +1116,26 @@ def attention(
         causal: mask key ``j`` from query ``i`` unless ``j <= i + Nk - Nq`` (bottom-right
             aligned, as FlashAttention-2); a query that sees no key gets zeros.
         sm_scale: softmax scale; 1/sqrt(D) when None.
+        deterministic: the backward's choice. False: one pass over key blocks with dQ summed
+            by fp32 atomics (five matmuls, faster; dQ's last bits vary between runs). True:
+            two passes, no atomics, the same bits every run (seven matmuls). None (default):
+            follow ``torch.are_deterministic_algorithms_enabled()``. Head dims above 128
+            always take the two-pass backward.
 
     Returns:
         (B, H, Nq, D) in q's dtype. Inputs of any strides are accepted: read in place where TMA can, copied otherwise.
 
     Raises:
         ValueError: mismatched shapes, dtypes or devices, an unsupported dtype or head dim
-            (a multiple of 8 up to 256), or a bad ``causal``/``sm_scale``.
+            (a multiple of 8 up to 256), or a bad ``causal``/``sm_scale``/``deterministic``.
     """
     _check(q, k, v, causal, sm_scale, kernel=True)
+    if deterministic is not None and not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be a bool or None, got {deterministic!r}")
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    return _FlashAttention.apply(q, k, v, causal, scale)
+    return _FlashAttention.apply(q, k, v, causal, scale, deterministic)
 
 
 # ---------------------------------------------------------------------------------------------
