@@ -239,7 +239,7 @@ def precompile(
     with ProcessPoolExecutor(
         max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")
     ) as pool:
-        for done in pool.map(_warm, *zip(*todo)):
+        for done in pool.map(_warm, *zip(*todo, strict=True)):
             print(f"  compiled {done}", file=sys.stderr)
 
 
@@ -360,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
             )
             print(
-                f"{str(case.dtype).removeprefix('torch.'):<8} D={case.d:<4} N={case.n:<6} causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
+                f"{str(case.dtype).removeprefix('torch.'):<8} D={case.d:<4} N={case.n:<6} "
+                f"causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
                 f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}",
                 flush=True,
             )
