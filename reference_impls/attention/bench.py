@@ -10,7 +10,7 @@ matmuls of the same size: 2.5 forward passes). TFLOP/s = FLOPs / median time. Ti
 medians (with the 20th and 80th percentiles) of ``triton.testing.do_bench``, which times with
 CUDA events and flushes the L2 cache between runs.
 
-Shapes follow PLATFORM.md's anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at D=128), and
+Shapes follow docs/platform.md's H200 anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at D=128), and
 B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing, every
 autotuning config of the kernel is compiled in parallel worker processes (``--jobs``) into
 Triton's on-disk cache, so the autotuner in the timed process only loads and times them.
@@ -40,7 +40,7 @@ SDPA_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
 }
 MODES = ("fwd", "fwd+bwd")
-TOKENS_PER_BATCH = 32768  # B * N, as in PLATFORM.md's anchor table
+TOKENS_PER_BATCH = 32768  # B * N, as in docs/platform.md's anchor table
 MODEL_WIDTH = 2048  # H * D
 
 

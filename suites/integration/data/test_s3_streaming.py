@@ -1,6 +1,6 @@
 """The streaming sharded dataset against a real S3 server (SeaweedFS on loopback).
 
-What issue 8 asks to be shown: exactly-once coverage and equal per-rank lengths for several
+What the requirements ask to be shown: exactly-once coverage and equal per-rank lengths for several
 (world size, workers); a deterministic order per (seed, epoch); no sample lost or duplicated
 behind a proxy that cuts and delays responses, or across a SIGKILL and restart of the server;
 the cache (second-epoch hits, size limit, corruption); mid-epoch resume across a process
