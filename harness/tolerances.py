@@ -141,7 +141,7 @@ def assert_close(
             f"{given} was given without {missing}: pass both rtol and atol, or neither to use "
             f"the per-dtype defaults"
         )
-    if rtol is not None:
+    if rtol is not None and atol is not None:
         _check_tolerance("rtol", rtol)
         _check_tolerance("atol", atol)
         rtol, atol = float(rtol), float(atol)
@@ -198,7 +198,16 @@ def rel_error(a: Any, b: Any) -> float:
 # Structure
 
 
-def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) -> None:
+def _compare(
+    actual: Any,
+    expected: Any,
+    path: str,
+    rtol: float | None,
+    atol: float | None,
+    equal_nan: bool,
+    check_dtype: bool,
+    msg: str | None,
+) -> None:
     # Classify both sides before comparing kinds, so an unsupported leaf is reported as a
     # TypeError (a bug in the test) rather than as a mismatch (a bug in the code under test).
     expected_path = path.replace("actual", "expected", 1)
@@ -236,7 +245,7 @@ def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) ->
                 path,
                 msg,
             )
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             _compare(a, e, f"{path}[{i}]", rtol, atol, equal_nan, check_dtype, msg)
         return
     if _tensors_all_close(actual, expected, rtol, atol, equal_nan, check_dtype):
@@ -253,7 +262,7 @@ def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) ->
         _fail(lines, path, msg)
 
 
-def _kind(x, path: str) -> str:
+def _kind(x: Any, path: str) -> str:
     if x is None:
         return "none"
     if _is_leaf(x):
@@ -274,12 +283,12 @@ def _fail(lines: list[str], path: str, msg: str | None) -> NoReturn:
     raise AssertionError(f"{msg}\n\n{text}" if msg else text)
 
 
-def _type_name(x) -> str:
+def _type_name(x: Any) -> str:
     cls = type(x)
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _check_tolerance(name: str, value) -> None:
+def _check_tolerance(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
 
@@ -288,21 +297,21 @@ def _check_tolerance(name: str, value) -> None:
 # Leaves: everything becomes a NumPy array plus the dtype name it came with
 
 
-def _torch_tensor_type():
+def _torch_tensor_type() -> Any:
     # torch costs ~1.5 s to import. If the caller has not imported it, no tensor can exist,
     # so looking it up in sys.modules is both cheap and exact.
     torch = sys.modules.get("torch")
     return getattr(torch, "Tensor", None)
 
 
-def _is_leaf(x) -> bool:
+def _is_leaf(x: Any) -> bool:
     tensor = _torch_tensor_type()
     return isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)) or (
         tensor is not None and isinstance(x, tensor)
     )
 
 
-def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
+def _to_leaf(x: Any, path: str) -> tuple[np.ndarray, str]:
     """Return ``(values, dtype name)``; values keep their dtype unless NumPy lacks it."""
     tensor = _torch_tensor_type()
     if tensor is not None and isinstance(x, tensor):
@@ -333,7 +342,7 @@ def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
     raise TypeError(f"expected a tensor, array or number, got {_type_name(x)} (at {path})")
 
 
-def _tensor_to_numpy(t, path: str) -> tuple[np.ndarray, str]:
+def _tensor_to_numpy(t: Any, path: str) -> tuple[np.ndarray, str]:
     torch = sys.modules["torch"]
     name = str(t.dtype).removeprefix("torch.")
     t = t.detach()
@@ -372,7 +381,9 @@ def _norm2(x: np.ndarray) -> float:
 # Comparing two leaves
 
 
-def _tensors_all_close(a, e, rtol, atol, equal_nan, check_dtype) -> bool:
+def _tensors_all_close(
+    a: Any, e: Any, rtol: float | None, atol: float | None, equal_nan: bool, check_dtype: bool
+) -> bool:
     """Fast path: True when two dense real torch tensors on one device are close everywhere.
 
     Decided where the tensors live (a CUDA comparison never leaves the GPU) with the same rule
@@ -406,7 +417,9 @@ def _tensors_all_close(a, e, rtol, atol, equal_nan, check_dtype) -> bool:
     return bool(torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=equal_nan).all())
 
 
-def _compare_leaves(a, e, rtol, atol, equal_nan, check_dtype) -> list[str] | None:
+def _compare_leaves(
+    a: Any, e: Any, rtol: float | None, atol: float | None, equal_nan: bool, check_dtype: bool
+) -> list[str] | None:
     (av, a_dtype), (ev, e_dtype) = a, e
     if av.shape != ev.shape:  # never broadcast: (3,) against (1, 3) is a bug worth seeing
         return [f"shape mismatch: actual {av.shape}, expected {ev.shape}"]
@@ -440,8 +453,10 @@ def _compare_leaves(a, e, rtol, atol, equal_nan, check_dtype) -> list[str] | Non
     return lines
 
 
-def _tolerances(a_dtype: str, e_dtype: str, rtol, atol) -> tuple[float, float, str]:
-    if rtol is not None:
+def _tolerances(
+    a_dtype: str, e_dtype: str, rtol: float | None, atol: float | None
+) -> tuple[float, float, str]:
+    if rtol is not None and atol is not None:  # given together or not at all (assert_close)
         return rtol, atol, "given"
     for name in (a_dtype, e_dtype):
         if name not in DEFAULT_TOLERANCES:
@@ -464,7 +479,7 @@ def _common_integer(a: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return a.astype(np.int64), e.astype(np.int64)
 
 
-def _isclose(a: np.ndarray, e: np.ndarray, rtol: float, atol: float, equal_nan: bool):
+def _isclose(a: np.ndarray, e: np.ndarray, rtol: float, atol: float, equal_nan: bool) -> np.ndarray:
     # Same rule as torch.isclose: exact equality first (so inf matches only the same inf),
     # then the tolerance test for finite pairs only (inf - inf is nan, inf vs 1e308 is never
     # close however loose the tolerance).
@@ -477,7 +492,9 @@ def _isclose(a: np.ndarray, e: np.ndarray, rtol: float, atol: float, equal_nan: 
     return np.asarray(close)
 
 
-def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
+def _difference_lines(
+    a: np.ndarray, e: np.ndarray, bad: np.ndarray, rtol: float, atol: float, integral: bool
+) -> list[str]:
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if integral:  # only to find where; the reported values are exact below
             abs_diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
@@ -485,7 +502,7 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
             abs_diff = np.abs(a - e)
         rel_diff = abs_diff / np.abs(e.astype(np.float64) if integral else e)
 
-    def worst(diff: np.ndarray):
+    def worst(diff: np.ndarray) -> tuple[Any, ...] | None:
         # The largest difference among mismatched elements. NaN differences (from NaN inputs,
         # or inf against inf) are left out here and counted by _special_value_lines.
         candidates = np.asarray(bad & ~np.isnan(diff))
@@ -493,7 +510,7 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
             return None
         return np.unravel_index(int(np.argmax(np.where(candidates, diff, -np.inf))), diff.shape)
 
-    def value(kind: str, idx):
+    def value(kind: str, idx: Any) -> Any:
         if idx is None:
             return math.nan
         if not integral:
@@ -510,7 +527,7 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
             f"Relative difference: {value('relative', i_rel)!r} (up to {rtol!r} allowed)",
         ]
 
-    def at(idx) -> str:
+    def at(idx: Any) -> str:
         return "" if idx is None else f" at index {tuple(int(i) for i in idx)}"
 
     n_bad, n = int(bad.sum()), bad.size
@@ -523,7 +540,9 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
     ]
 
 
-def _special_value_lines(a, e, bad, equal_nan) -> list[str]:
+def _special_value_lines(
+    a: np.ndarray, e: np.ndarray, bad: np.ndarray, equal_nan: bool
+) -> list[str]:
     lines = []
     for label, test in (("NaN", np.isnan), ("Inf", np.isinf)):
         in_a, in_e = int((bad & test(a)).sum()), int((bad & test(e)).sum())

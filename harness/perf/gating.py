@@ -527,7 +527,7 @@ def _ci_step(
         f"{'quick' if quick else 'full'} run, {group.upper()} group)"
     )
     log: list[str] = []
-    run_kwargs = dict(group=group, bench=bench, quick=quick, machine=machine, echo=echo)
+    run_kwargs = {"group": group, "bench": bench, "quick": quick, "machine": machine, "echo": echo}
 
     def finish(code: int, body: list[str], skipped: str | None, gate_report=None):
         markdown = "\n\n".join([title, *body])

@@ -329,7 +329,9 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             [Path(sys.executable).name, "-m", "reference_impls.data.bench", *sys.argv[1:]]
         ),
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
         "shards": len(manifest.shards),
         "total_mb": total / 1e6,
         "samples": manifest.total_samples,
