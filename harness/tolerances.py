@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-__all__ = ["DEFAULT_TOLERANCES", "assert_close", "rel_error"]
+__all__ = ["DEFAULT_TOLERANCES", "assert_close", "assert_equal", "rel_error"]
 
 _EXACT = (0.0, 0.0)
 
@@ -135,6 +135,7 @@ def assert_close(
         The failure occurred at actual['w'][1].
         >>> assert_close(1.0, 1.1, rtol=0.1, atol=0.0)  # a loose bound: say why in real tests
     """
+    __tracebackhide__ = True  # a failure points at the test's line, not at this module
     if (rtol is None) != (atol is None):
         given, missing = ("rtol", "atol") if atol is None else ("atol", "rtol")
         raise ValueError(
@@ -146,6 +147,96 @@ def assert_close(
         _check_tolerance("atol", atol)
         rtol, atol = float(rtol), float(atol)
     _compare(actual, expected, "actual", rtol, atol, equal_nan, check_dtype, msg)
+
+
+def assert_equal(
+    actual: Any,
+    expected: Any,
+    *,
+    bitwise: bool = False,
+    equal_nan: bool = False,
+    check_dtype: bool = True,
+    msg: str | None = None,
+) -> None:
+    """Assert exact equality: :func:`assert_close` with ``rtol=0, atol=0``.
+
+    The one spelling of "these must be equal" in the suites (as torch.testing recommends
+    ``functools.partial(assert_close, rtol=0, atol=0)`` over a second idiom), with the same
+    structure walk and failure report.
+
+    Args:
+        bitwise: also require the same bits in every leaf, where bits are the claim
+            (bit-identical resume, a deterministic kernel): ``-0.0`` differs from ``0.0``
+            and NaN matches only a NaN with the same payload. Implies ``equal_nan``.
+        equal_nan: let NaN match NaN.
+        check_dtype, msg: as for :func:`assert_close`.
+
+    Examples::
+
+        >>> assert_equal([1, 2.5], [1, 2.5])
+        >>> assert_equal(0.0, -0.0)
+        >>> assert_equal(0.0, -0.0, bitwise=True)
+        Traceback (most recent call last):
+        ...
+        AssertionError: Scalars are not bitwise equal: bytes 0000000000000000 vs 00000000000000...
+    """
+    __tracebackhide__ = True
+    assert_close(
+        actual,
+        expected,
+        rtol=0.0,
+        atol=0.0,
+        equal_nan=equal_nan or bitwise,
+        check_dtype=check_dtype,
+        msg=msg,
+    )
+    if bitwise:
+        _compare_bits(actual, expected, "actual", msg)
+
+
+def _compare_bits(actual: Any, expected: Any, path: str, msg: str | None) -> None:
+    # Called after assert_close passed: both sides have the same structure, shapes and dtypes.
+    __tracebackhide__ = True
+    kind = _kind(actual, path)
+    if kind == "mapping":
+        for key in expected:
+            _compare_bits(actual[key], expected[key], f"{path}[{key!r}]", msg)
+    elif kind == "sequence":
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            _compare_bits(a, e, f"{path}[{i}]", msg)
+    elif kind == "leaf":
+        a_bytes, e_bytes = _leaf_bytes(actual), _leaf_bytes(expected)
+        if a_bytes != e_bytes:
+            if len(a_bytes) <= 16:  # a scalar: show both bit patterns
+                line = f"Scalars are not bitwise equal: bytes {a_bytes.hex()} vs {e_bytes.hex()}"
+            else:
+                pairs = zip(a_bytes, e_bytes, strict=True)
+                first = next(i for i, (x, y) in enumerate(pairs) if x != y)
+                line = (
+                    "Tensors are not bitwise equal: the first differing byte is at offset "
+                    f"{first} of {len(a_bytes)}"
+                )
+            _fail(
+                [f"{line} (values compare equal; -0.0 vs 0.0 or NaN payloads differ)."], path, msg
+            )
+
+
+def _leaf_bytes(x: Any) -> bytes:
+    tensor = _torch_tensor_type()
+    if tensor is not None and isinstance(x, tensor):
+        import torch
+
+        flat = x.detach().to("cpu").contiguous().reshape(-1)
+        return bytes(flat.view(torch.uint8).numpy().tobytes())
+    if isinstance(x, float):
+        return np.float64(x).tobytes()
+    if isinstance(x, complex):
+        return np.complex128(x).tobytes()
+    if isinstance(x, bool):
+        return np.bool_(x).tobytes()
+    if isinstance(x, int):
+        return np.int64(x).tobytes()
+    return bytes(np.ascontiguousarray(x).tobytes())
 
 
 def rel_error(a: Any, b: Any) -> float:
@@ -208,6 +299,7 @@ def _compare(
     check_dtype: bool,
     msg: str | None,
 ) -> None:
+    __tracebackhide__ = True
     # Classify both sides before comparing kinds, so an unsupported leaf is reported as a
     # TypeError (a bug in the test) rather than as a mismatch (a bug in the code under test).
     expected_path = path.replace("actual", "expected", 1)
@@ -277,6 +369,7 @@ def _kind(x: Any, path: str) -> str:
 
 
 def _fail(lines: list[str], path: str, msg: str | None) -> NoReturn:
+    __tracebackhide__ = True
     if path != "actual":  # only nested leaves need a location
         lines = [*lines, "", f"The failure occurred at {path}."]
     text = "\n".join(lines)
