@@ -11,8 +11,9 @@ and forward+backward 3.5 times. TFLOP/s = FLOPs / median time. Times are
 medians (with the 20th and 80th percentiles) of ``triton.testing.do_bench``, which times with
 CUDA events and flushes the L2 cache between runs.
 
-Shapes follow PLATFORM.md's anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at D=128), and
-B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing, every
+Shapes follow docs/platform.md's H200 anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at
+D=128), and B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing,
+every
 autotuning config of the kernel is compiled in parallel worker processes (``--jobs``) into
 Triton's on-disk cache, so the autotuner in the timed process only loads and times them.
 """
@@ -48,7 +49,7 @@ SDPA_BACKENDS = {
 MODES = ("fwd", "fwd-grad", "bwd", "fwd+bwd")
 FLOP_FACTOR = {"fwd": 1.0, "fwd-grad": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-TOKENS_PER_BATCH = 32768  # B * N, as in PLATFORM.md's anchor table
+TOKENS_PER_BATCH = 32768  # B * N, as in docs/platform.md's anchor table
 MODEL_WIDTH = 2048  # H * D
 
 
