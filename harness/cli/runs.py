@@ -18,6 +18,7 @@ from rich.table import Table
 
 from harness import flaky as _flaky
 from harness import report as _report
+from harness import shards as _shards
 
 console = Console(stderr=False, highlight=False)
 
@@ -103,6 +104,15 @@ def _print_summary(outcome: RunOutcome) -> None:
     )
 
 
+def _parse_shard(value: str | None) -> _shards.Shard | None:
+    if value is None:
+        return None
+    try:
+        return _shards.Shard.parse(value)
+    except _shards.ShardError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command(
     name="run",
     context_settings={"ignore_unknown_options": True},
@@ -111,6 +121,7 @@ Examples:
   harness run --tier unit                      # one tier, reports in reports/
   harness run --tier unit,property --seed 42   # replay a seed
   harness run -- -k quarantine -x              # anything after -- goes to pytest
+  harness run --tier unit --shard 1/2 --seed 7 --report-dir reports/shard-1
 """,
 )
 @click.option(
@@ -136,8 +147,38 @@ Examples:
 @click.option(
     "--update-goldens", is_flag=True, help="Record golden values instead of comparing them."
 )
+@click.option(
+    "--shard",
+    metavar="K/N",
+    default=None,
+    callback=lambda _ctx, _param, value: _parse_shard(value),
+    help="Run shard K of N (split by the durations in .test_durations); merge the shards' "
+    "reports with `harness report merge`. Pass every shard the same --seed.",
+)
+@click.option(
+    "--store-durations",
+    is_flag=True,
+    help="Record this run's test durations into the durations file (what --shard splits by).",
+)
+@click.option(
+    "--durations-path",
+    type=click.Path(path_type=Path),
+    default=Path(_shards.DURATIONS_FILE),
+    show_default=True,
+    help="pytest-split's durations file (JSON: node id -> seconds).",
+)
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-def run_command(tiers, report_dir, seed, deterministic, update_goldens, pytest_args) -> None:
+def run_command(
+    tiers,
+    report_dir,
+    seed,
+    deterministic,
+    update_goldens,
+    shard,
+    store_durations,
+    durations_path,
+    pytest_args,
+) -> None:
     """Run the suites and write JUnit XML, a JSON report and a markdown summary.
 
     The summary (per tier: passed / failed / skipped with reasons / quarantined, the seed and
@@ -145,14 +186,26 @@ def run_command(tiers, report_dir, seed, deterministic, update_goldens, pytest_a
     $GITHUB_STEP_SUMMARY when that is set. Exits with pytest's exit status: 0 all passed
     (quarantined failures do not gate), 1 failures or quarantine problems, 5 nothing ran.
     """
+    extra: list[str] = []
+    collection = report_dir / "collection.json"
+    if shard is not None:
+        collection.unlink(missing_ok=True)  # never read an earlier run's collection
+        extra += _shards.pytest_args(shard, durations_path, collection)
+    if store_durations:
+        extra += _shards.store_durations_args(durations_path)
+    tier_list = _tier_list(tiers)
     outcome = run_suites(
-        _tier_list(tiers),
+        tier_list,
         report_dir,
         seed=seed,
         deterministic=deterministic,
         update_goldens=update_goldens,
-        pytest_args=pytest_args,
+        pytest_args=[*extra, *pytest_args],
+        title=f"ml-harness run ({', '.join(tier_list) or 'all tiers'})"
+        + (f", shard {shard}" if shard else ""),
     )
+    if shard is not None and outcome.report is not None:
+        outcome.report = _shards.annotate_report(report_dir / "report.json", shard, collection)
     _print_summary(outcome)
     sys.exit(outcome.exit_code)
 
