@@ -27,7 +27,7 @@ Example (GitHub: each shard's artifact downloaded into reports/shards/<name>/):
 """,
 )
 @click.argument(
-    "folders", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="DIR..."
+    "folders", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR]..."
 )
 @click.option(
     "--report-dir",
@@ -47,7 +47,10 @@ Example (GitHub: each shard's artifact downloaded into reports/shards/<name>/):
 def merge_command(folders: tuple[Path, ...], report_dir: Path, expect_shards: int | None) -> None:
     """Merge shard folders DIR... (each holding one shard's junit.xml, report.json and
     summary.md) into one junit.xml, report.json and summary.md, printed and appended to
-    $GITHUB_STEP_SUMMARY when that is set."""
+    $GITHUB_STEP_SUMMARY when that is set.
+
+    No DIR at all is allowed (a CI glob that matched nothing): with --expect-shards N that
+    reports all N shards missing, and fails."""
     result = _merge.merge(folders, expect=expect_shards)
     written = _merge.write(result, report_dir)
     _report.append_step_summary(result.markdown)
