@@ -18,7 +18,9 @@ from rich.table import Table
 
 from harness import flaky as _flaky
 from harness import report as _report
+from harness import selection as _selection
 from harness import shards as _shards
+from harness.cli import pr as _pr
 
 console = Console(stderr=False, highlight=False)
 
@@ -251,12 +253,12 @@ def _env_step(lock: Path | None, allow_extra: bool) -> Step:
     )
 
 
-def _perf_step(report_dir: Path) -> Step:
+def _perf_step(report_dir: Path, bench: str | None = None) -> Step:
     try:
         from harness import perf
     except ImportError as exc:  # pragma: no cover - perf ships with the harness
         return Step("perf gate", "failed", f"harness.perf unavailable: {exc}")
-    result = perf.ci_step(Path.cwd(), report_dir)
+    result = perf.ci_step(Path.cwd(), report_dir, bench=bench)
     status = "passed" if result.exit_code == 0 else "failed"
     if result.skipped_reason and result.exit_code == 0:
         status = "skipped"
@@ -285,10 +287,17 @@ def _steps_markdown(steps: Sequence[Step], ok: bool) -> str:
     epilog="""\b
 Steps, in order (each one runs even when an earlier one failed, so one run shows everything):
   1. env check      installed distributions vs the lock file
-  2. cpu tiers      unit, property, integration, distributed (one pytest run)
+  2. cpu tiers      unit, property, integration, distributed (one pytest run); in
+                    pull-request mode (the default) only the test files the change reaches,
+                    on N xdist workers, integration and distributed on one of them
   3. gpu tier       when CUDA is present; otherwise reported as skipped with the reason
-  4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf
+  4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf; in
+                    pull-request mode only the benchmark files the change reaches
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
+Modes: --pr (default) selects from the files changed since --changed-since REF (default
+origin/main, else main) and the import graph; a change to harness/, a conftest.py, the lock
+files or pyproject.toml selects everything. --full runs every test and benchmark (main and
+nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
 """,
 )
 @click.option(
@@ -311,8 +320,36 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
 )
 @click.option("--seed", metavar="N|last", help="Base seed (default: random, printed).")
 @click.option("--perf/--no-perf", default=True, show_default=True, help="Run the perf gate step.")
+@click.option(
+    "--pr/--full",
+    "pr_mode",
+    default=True,
+    show_default=True,
+    help="--pr: only the tests and benchmarks the change reaches, in parallel; --full: all.",
+)
+@click.option(
+    "--changed-since",
+    "changed_since",
+    metavar="REF",
+    default=None,
+    help="Base of the change in --pr mode (default: origin/main, else main; none: full run).",
+)
+@click.option(
+    "--workers",
+    metavar="N|auto",
+    default="auto",
+    show_default=True,
+    help="pytest-xdist workers in --pr mode (0: no xdist).",
+)
 def ci_command(
-    report_dir: Path, tiers: str, lock: Path | None, seed: str | None, perf: bool
+    report_dir: Path,
+    tiers: str,
+    lock: Path | None,
+    seed: str | None,
+    perf: bool,
+    pr_mode: bool,
+    changed_since: str | None,
+    workers: str,
 ) -> None:
     """The main job: the same pipeline the GitHub workflow runs, locally.
 
@@ -336,6 +373,14 @@ def ci_command(
         return step
 
     total = 3 + int(perf)
+    plan = _pr.Plan(selection=None, note="full run (--full): every test and benchmark")
+    if pr_mode:
+        try:
+            plan = _pr.plan(Path.cwd(), base_ref=changed_since, workers=workers)
+        except _selection.SelectionError as exc:
+            raise click.BadParameter(str(exc), param_hint="--changed-since") from None
+    _pr.write(plan, report_dir / "selection.json")
+    console.print(f"[bold]{plan.note}[/]", soft_wrap=True)
     console.rule(f"[1/{total}] env check")
     # A GPU runner's venv sees the image's torch, triton and CUDA libraries
     # (--system-site-packages): check it against the GPU profile, extras allowed.
@@ -350,6 +395,7 @@ def ci_command(
             seed=seed,
             title=f"harness ci: {name}",
             step_summary=False,
+            pytest_args=plan.pytest_args if subdir == "cpu" else (),
         )
         markdowns.append(outcome.markdown)
         counts = _report.tier_counts(outcome.report) if outcome.report else {}
@@ -358,7 +404,11 @@ def ci_command(
         return Step(name, "passed" if outcome.exit_code == 0 else "failed", detail)
 
     console.rule(f"[2/{total}] cpu tiers: {tiers}")
-    timed(tests_step, "cpu tiers", _tier_list(tiers), "cpu")
+    if plan.skip_tests:
+        steps.append(Step("cpu tiers", "skipped", plan.skip_tests))
+        console.print(f"[yellow]cpu tiers: skipped[/] ({plan.skip_tests})")
+    else:
+        timed(tests_step, "cpu tiers", _tier_list(tiers), "cpu")
     console.rule(f"[3/{total}] gpu tier")
     if cuda:
         timed(tests_step, "gpu tier", ["gpu"], "gpu")
@@ -370,9 +420,13 @@ def ci_command(
     # The perf gate plugs in here: harness.perf.ci_step runs the benchmarks and gates them.
     if perf:
         console.rule(f"[4/{total}] perf gate")
-        timed(_perf_step, report_dir / "perf")
+        if plan.skip_perf:
+            steps.append(Step("perf gate", "skipped", plan.skip_perf))
+            console.print(f"[yellow]perf gate: skipped[/] ({plan.skip_perf})")
+        else:
+            timed(_perf_step, report_dir / "perf", plan.bench)
     ok = all(s.status != "failed" for s in steps)
-    summary = _steps_markdown(steps, ok) + "\n" + "\n".join(markdowns)
+    summary = _steps_markdown(steps, ok) + f"\n{plan.note}\n\n" + "\n".join(markdowns)
     (report_dir / "summary.md").write_text(summary)
     _report.append_step_summary(summary)
     console.rule("harness ci summary")
