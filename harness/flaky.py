@@ -112,7 +112,6 @@ def run_once(
             python,
             "-m",
             "pytest",
-            test,
             f"--harness-seed={seed}",
             "-q",
             "-p",
@@ -120,6 +119,10 @@ def run_once(
             f"--harness-json={report_path}",
             "--harness-no-fingerprint",
             *extra_args,
+            # After "--" pytest reads the id as a path whatever it looks like: an id from a
+            # file (quarantine.toml) is never taken for an option such as --junitxml=...
+            "--",
+            test,
         ]
         try:
             proc = subprocess.run(
@@ -158,7 +161,8 @@ def classify(
     same_fail = [r.failed for r in same_seed]
     if any(same_fail) and not all(same_fail):
         return "nondeterministic", (
-            f"{sum(same_fail)} of {len(same_fail)} runs under the same seed {same_seed[0].seed} failed"
+            f"{sum(same_fail)} of {len(same_fail)} runs under the same seed "
+            f"{same_seed[0].seed} failed"
         )
     by_seed: dict[int, set[bool]] = {}
     for r in everything:

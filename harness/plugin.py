@@ -24,7 +24,6 @@ import os
 import shlex
 import sys
 import time
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import pytest
 from harness import atomic, seeding
 from harness import goldens as _goldens
 from harness import quarantine as _quarantine
+from harness import report as _report
 from harness import tiers as _tiers
 
 SEED_CACHE_KEY = "harness/seed"
@@ -181,21 +181,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # --------------------------------------------------------------------------- configure
 
 
-def _pyproject_harness_table(rootpath: Path) -> dict[str, Any]:
-    path = rootpath / "pyproject.toml"
-    if not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise pytest.UsageError(f"{path}: {exc}") from exc
-    table = data.get("tool", {}).get("harness", {})
-    unknown = set(table) - {"tiers"}
-    if unknown:
-        raise pytest.UsageError(f"{path}: unknown key(s) in [tool.harness]: {sorted(unknown)}")
-    return table
-
-
 def _resolve_seed(config: pytest.Config) -> tuple[int, str]:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and "harness_seed" in workerinput:
@@ -337,9 +322,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "quarantined: set by the harness on quarantined tests")
     rootpath = config.rootpath
     try:
-        tiers = _tiers.load_tiers(_pyproject_harness_table(rootpath).get("tiers"))
+        tiers = _tiers.project_tiers(rootpath)
     except _tiers.TierConfigError as exc:
-        raise pytest.UsageError(f"{rootpath / 'pyproject.toml'}: {exc}") from None
+        raise pytest.UsageError(str(exc)) from None
     for name, tier in tiers.items():
         config.addinivalue_line("markers", f"{name}: {tier.description} (set from the folder)")
     selected = _selected_tiers(config, tiers)
@@ -857,6 +842,9 @@ def write_json_report(
         "started": dt.datetime.fromtimestamp(state.started, dt.UTC).isoformat(),
         "duration_s": round(time.time() - state.started, 3),
         "exit_status": exit_status,
+        "status": str(
+            _report.run_status({"exit_status": exit_status, "interrupted": state.interrupted})
+        ),
         "interrupted": state.interrupted,
         "tiers": tiers,
         "quarantine": {
