@@ -362,7 +362,8 @@ def pytest_configure(config: pytest.Config) -> None:
         ),
         hypothesis_profile=_setup_hypothesis(config, ci, seed),
         update_goldens=config.getoption("harness_update_goldens"),
-        untiered_dirs=[Path(p) for p in config.getini("harness_untiered_dirs")],
+        # Defaults come back as written (relative); values from an ini file come back absolute.
+        untiered_dirs=[rootpath / p for p in config.getini("harness_untiered_dirs")],
     )
     if config.stash[STATE].deterministic:
         # Must be in the environment before CUDA initialises; the torch switches are applied
@@ -600,7 +601,12 @@ class Recorder:
         self.state = state
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        self.state.interrupted = True
+        # pytest also stops "interrupted" after collection errors and on pytest.exit(): those
+        # runs finished what they could and fail as usual; only Ctrl-C aborts one.
+        if isinstance(excinfo.value, KeyboardInterrupt) and not isinstance(
+            excinfo.value, pytest.Session.Interrupted
+        ):
+            self.state.interrupted = True
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """A file that failed to collect is a gating error in the reports too (JSON, summary),
