@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from harness import flaky
 from harness import quarantine as q
 from harness.cli import main
 
@@ -212,6 +213,14 @@ def test_harness_flaky_refuses_a_test_id_that_is_an_option(proj):
     result = harness("flaky", "--", EVIL)
     assert result.exit_code == 2
     assert "starts with '-'" in result.output
+
+
+def test_the_flake_hunter_never_hands_pytest_an_id_that_reads_as_an_option(proj):
+    # Python 3.11's argparse ignores "--" in pytest's intermixed parsing: "--" alone would let
+    # this id write a JUnit file outside the project.
+    with pytest.raises(ValueError, match="starts with '-'"):
+        flaky.run_once("--junitxml=../outside/evil.xml", 1, cwd=proj, timeout_s=60)
+    assert list((proj.parent / "outside").iterdir()) == []
 
 
 # --------------------------------------------------------------------------- env, artifacts
