@@ -378,10 +378,11 @@ def _check_report_path(path: Path) -> None:
     """Fail at start-up, not after the whole run, when the JSON report cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise pytest.UsageError(
-            f"--harness-json {path}: cannot create its folder {path.parent} "
-            f"({exc.strerror or exc}); give a path in a writable folder"
+            f"--harness-json {path}: cannot create its folder {path.parent} ({why}); "
+            "give a path in a writable folder"
         ) from None
     if path.is_dir():
         raise pytest.UsageError(f"--harness-json {path} is a directory; give a file path")

@@ -298,10 +298,9 @@ def _read_text(path: Path) -> str | None:
         raise QuarantineError(
             path, 0, "is a directory, not a quarantine file; name the quarantine.toml file itself"
         ) from None
-    except OSError as error:
-        raise QuarantineError(
-            path, 0, f"cannot read the quarantine file: {error.strerror or error}"
-        ) from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        why = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise QuarantineError(path, 0, f"cannot read the quarantine file: {why}") from None
     return _decode(path, raw)
 
 

@@ -98,10 +98,12 @@ def _check_pytest_args(args: Sequence[str]) -> list[str]:
 
 def _make_report_dir(report_dir: Path, option: str = "--report-dir") -> Path:
     try:
-        report_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+        # Resolved first: 'a/../out' must not leave an empty 'a' behind, outside the reports.
+        report_dir.resolve().mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise UsageProblem(
-            f"{option} {str(report_dir)!r} cannot be created ({exc.strerror or exc}); "
+            f"{option} {str(report_dir)!r} cannot be created ({why}); "
             "give a folder you can write to"
         ) from None
     if not os.access(report_dir, os.W_OK | os.X_OK):
