@@ -594,7 +594,7 @@ def _check_shape(expected: tuple[Dim, ...], actual: tuple, path: str, ctx: _Cont
     wrong = len(expected) != len(actual)
     notes = []
     if not wrong:
-        for want, got in zip(expected, actual, strict=False):
+        for want, got in zip(expected, actual, strict=True):
             if isinstance(want, int):
                 wrong |= want != got
             elif isinstance(want, str):
@@ -832,9 +832,9 @@ def _load_torch(path: Path, allow_pickle: bool) -> object:
             raise _fail(path, f"not a readable torch checkpoint: {_reason(exc, path)}") from None
         if not allow_pickle:
             raise ArtifactError(
-                f"{path}: torch.load(weights_only=True) refused the global {unsafe.group(1)} it holds, "
-                "which only full unpickling can rebuild, and unpickling runs whatever code the "
-                "file names. If you trust the file, pass allow_pickle=True "
+                f"{path}: torch.load(weights_only=True) refused the global {unsafe.group(1)} it "
+                "holds, which only full unpickling can rebuild, and unpickling runs whatever code "
+                "the file names. If you trust the file, pass allow_pickle=True "
                 "(harness artifacts validate --allow-pickle).",
                 path=path,
             ) from None

@@ -1,6 +1,6 @@
 """The flaky-test quarantine: reading, validating and editing ``quarantine.toml``.
 
-Quarantine, not retries (docs: DESIGN.md). A quarantined test still runs on every CI run; its
+Quarantine, not retries (docs/harness.md). A quarantined test still runs on every CI run; its
 failures are reported but do not fail the gate. Every entry says why (``reason``), where the fix
 is tracked (``issue``), when it was quarantined (``added``) and until when (``expires``)::
 

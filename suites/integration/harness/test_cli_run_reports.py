@@ -113,7 +113,9 @@ def test_a_passing_run_exits_zero_even_with_a_quarantined_failure(
 ):
     project(
         {
-            "suites/unit/test_ok.py": "def test_ok():\n    pass\n\ndef test_q():\n    assert False\n",
+            "suites/unit/test_ok.py": (
+                "def test_ok():\n    pass\n\ndef test_q():\n    assert False\n"
+            ),
             "quarantine.toml": quarantine_entry("suites/unit/test_ok.py::test_q"),
         }
     )
