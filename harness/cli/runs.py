@@ -97,18 +97,20 @@ def _check_pytest_args(args: Sequence[str]) -> list[str]:
 
 
 def _make_report_dir(report_dir: Path, option: str = "--report-dir") -> Path:
+    """Create the report folder; returns it with '.' and '..' parts folded away, which is the
+    path to write to ('a/../out' must neither create 'a' nor need it to exist)."""
+    folded = Path(os.path.normpath(report_dir))
     try:
-        # Resolved first: 'a/../out' must not leave an empty 'a' behind, outside the reports.
-        report_dir.resolve().mkdir(parents=True, exist_ok=True)
+        folded.mkdir(parents=True, exist_ok=True)
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise UsageProblem(
             f"{option} {str(report_dir)!r} cannot be created ({why}); "
             "give a folder you can write to"
         ) from None
-    if not os.access(report_dir, os.W_OK | os.X_OK):
+    if not os.access(folded, os.W_OK | os.X_OK):
         raise UsageProblem(f"{option} {str(report_dir)!r} is not writable; give another folder")
-    return report_dir
+    return folded
 
 
 class RunAborted(Exception):
@@ -145,7 +147,7 @@ def run_suites(
     expected to be checked already (``_tier_list``, ``_check_seed``, ``_make_report_dir``).
     """
     title = title or f"ml-harness run ({', '.join(tiers) or 'all tiers'})"
-    _make_report_dir(report_dir)
+    report_dir = _make_report_dir(report_dir)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     _report.write_placeholders(
         report_dir,
@@ -309,7 +311,7 @@ def run_command(tiers, report_dir, seed, deterministic, update_goldens, pytest_a
     $GITHUB_STEP_SUMMARY when that is set. Exits with pytest's exit status: 0 all passed
     (quarantined failures do not gate), 1 failures or quarantine problems, 5 nothing ran.
     """
-    _make_report_dir(report_dir)
+    report_dir = _make_report_dir(report_dir)
     try:
         names = _tier_list(tiers)
         seed = _check_seed(seed)
@@ -446,7 +448,7 @@ def ci_command(
     usage error and 130 when interrupted (Ctrl-C). From the start every report in REPORT_DIR
     says "aborted" until the step that writes it has finished.
     """
-    _make_report_dir(report_dir)
+    report_dir = _make_report_dir(report_dir)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     summary_path = report_dir / "summary.md"
 
@@ -700,7 +702,7 @@ def flaky_command(
             f"--timeout must be a finite number of seconds > 0, got {timeout!r}; e.g. --timeout 600"
         )
     if report_dir is not None:
-        _make_report_dir(report_dir)
+        report_dir = _make_report_dir(report_dir)
         _write_flaky_reports(
             report_dir,
             [],

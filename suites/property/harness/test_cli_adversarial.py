@@ -280,6 +280,9 @@ _path_parts = st.sampled_from(["out", "..", ".", "blocker", "a b", "outside", "d
 
 
 @FEW
+@example(parts=["out", "..", "a b"], absolute=False)  # must not need (nor make) out/
+@example(parts=["blocker", "out"], absolute=False)  # under a file: cannot be created
+@example(parts=["..", "outside"], absolute=False)  # outside the project: the user's choice
 @given(parts=st.lists(_path_parts, min_size=1, max_size=4), absolute=st.booleans())
 def test_a_report_dir_is_the_only_place_a_refused_run_writes(parts, absolute):
     with sandbox() as root:
