@@ -163,7 +163,8 @@ def parse_nccl_log(lines: Iterable[str], *, expect_nvlink: bool = False) -> Tran
             "found no usable InfiniBand/RoCE device (NCCL_IB_DISABLE, NCCL_IB_HCA, drivers); "
             "expect a small fraction of the fabric's bandwidth"
         )
-    if no_ib and not counts[Transport.NET_SOCKET]:
+    if no_ib and not counts[Transport.NET_SOCKET] and nodes is not None and nodes > 1:
+        # On one node NCCL never needs the network: a missing IB device is no fallback there.
         warnings.append("NCCL's IB transport found no device (NET/IB : No device found)")
     if expect_nvlink and intra is not None and intra != "NVL":
         warnings.append(f"intra-node link type is {intra}, not NVL (NVLink) as expected")

@@ -53,6 +53,10 @@ class RankConfig:
     hidden: tuple[int, ...] = (256, 256)
     batches: tuple[tuple[str, int], ...] = (("strong", 64),)
     """(case name, per-rank batch) pairs run one after another in the same group."""
+    optimizer: str = "adam"
+    """``adam`` (the training loop's default) or ``sgd`` (no momentum: one pass over the
+    weights, the least compute per byte of gradient)."""
+    lr: float = 1e-4
     steps: int = 20
     warmup: int = 3
     overhead_blocks: int = 2
@@ -134,7 +138,8 @@ def run_rank(rank: int, world: int, cfg: RankConfig) -> dict[str, Any]:
             ModelConfig(in_features=cfg.in_features, hidden=cfg.hidden, out_features=1)
         )
     n_params = sum(p.numel() for p in model.parameters())
-    opt = build_optimizer(OptimizerConfig(name="adam", lr=1e-4), model)
+    # Plain SGD (no momentum) when asked: one pass over the weights.
+    opt = build_optimizer(OptimizerConfig(name=cfg.optimizer, lr=cfg.lr, momentum=0.0), model)
     out: dict[str, Any] = {
         "rank": rank,
         "world": world,
