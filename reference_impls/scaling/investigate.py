@@ -186,7 +186,7 @@ def investigate(
             slow_ms=cfg.slow_ms,
             hang_at_step=cfg.hang_at_step,
             records_dir=str(records_dir),
-            stack_dump_after_s=max(1.0, cfg.timeout_s - 3.0),
+            stack_dump_every_s=min(10.0, max(1.0, cfg.timeout_s / 6)),
             seed=cfg.seed,
         )
         env = {"LOCAL_WORLD_SIZE": str(world)}
@@ -276,14 +276,15 @@ def _where_it_stopped(
 
 
 def _main_thread_frames(dump: str) -> list[str]:
-    """faulthandler's frames of the thread that was running the rank (innermost first)."""
-    blocks = dump.split("\n\n")
-    for block in blocks:
-        if "Current thread" in block or "Thread" in block:
-            frames = [ln.strip() for ln in block.splitlines() if ln.strip().startswith("File")]
-            if any("workload.py" in f for f in frames):
-                return frames
-    return [ln.strip() for ln in dump.splitlines() if ln.strip().startswith("File")]
+    """From faulthandler's last dump, the frames of the thread running the rank's steps
+    (innermost first), else of the first thread."""
+    last = dump.split("Timeout (")[-1]
+    threads = [t for t in last.split("\n\n") if "File " in t]
+    frames = [[ln.strip() for ln in t.splitlines() if ln.strip().startswith("File")] for t in threads]
+    for f in frames:
+        if any("workload.py" in line for line in f):
+            return f
+    return frames[0] if frames else []
 
 
 # ----------------------------------------------------------------------------- analysis

@@ -80,7 +80,8 @@ def straggler_scores(
     for recs in full:
         last = min(recs, key=lambda r: r.comm)
         last_counts[last.rank] += 1
-        caused[last.rank] += statistics.fmean(r.comm - last.comm for r in recs if r is not last)
+        if world > 1:
+            caused[last.rank] += statistics.fmean(r.comm - last.comm for r in recs if r is not last)
     wall = statistics.median(r.wall for r in records)
     busy = {rank: statistics.median(_busy(r) for r in recs) for rank, recs in by_rank.items()}
     fastest = min(busy.values())

@@ -7,12 +7,13 @@ steps; then, on the same model, the same steps with the profiler off and on in a
 blocks (the profiler's overhead, same run); the loader alone (its throughput, no model); a solo
 all-reduce of the gradients at two sizes (the interconnect baseline and the cost model's alpha
 and beta). Records stream to ``<records_dir>/<case>-rank<r>.jsonl`` as they are made, and a
-``faulthandler`` stack dump is armed: a rank killed for a timeout leaves where it stopped.
+``faulthandler`` dumps the stacks every few seconds: a rank killed for a timeout leaves where it
+stopped.
 
 Fault injection (for tests and demonstrations): ``slow_rank``/``slow_ms`` sleeps in that rank's
 forward phase (a slower GPU or CPU), ``loader_sleep_ms`` in every batch the loader produces (a
 slow input pipeline), ``loader_fail_at`` raises in the loader at that batch, ``hang_at_step``
-blocks a rank forever at that step.
+blocks the last rank forever at that step (counted over warm-up and timed steps of all cases).
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ class RankConfig:
     """Solo all-reduce sizes in bytes for the baseline (empty: the gradient size and 1/8 of it)."""
     comm_reps: int = 5
     records_dir: str | None = None
-    stack_dump_after_s: float | None = None
-    """Arm faulthandler to dump every thread's stack after this many seconds (then exit)."""
+    stack_dump_every_s: float | None = None
+    """Dump every thread's stack (faulthandler) every this many seconds into the records
+    directory: when the rank is killed for a timeout, the last dump says where it was."""
     seed: int = 0
 
 
@@ -124,9 +126,9 @@ def _sync(device: torch.device) -> None:
 
 def run_rank(rank: int, world: int, cfg: RankConfig) -> dict[str, Any]:
     """One rank's investigation (module docstring); returns JSON-ready results."""
-    if cfg.stack_dump_after_s and cfg.records_dir:
+    if cfg.stack_dump_every_s and cfg.records_dir:
         stack = open(Path(cfg.records_dir) / f"stack-w{world}-rank{rank}.txt", "w")  # noqa: SIM115
-        faulthandler.dump_traceback_later(cfg.stack_dump_after_s, exit=False, file=stack)
+        faulthandler.dump_traceback_later(cfg.stack_dump_every_s, repeat=True, file=stack)
     device = (
         torch.device("cuda", torch.cuda.current_device())
         if cfg.device == "cuda"
@@ -155,7 +157,7 @@ def run_rank(rank: int, world: int, cfg: RankConfig) -> dict[str, Any]:
         out["cases"][case] = runner.run_case(case, batch)
     if world > 1:
         out["solo_allreduce"] = _solo_allreduce(cfg, out["grad_bytes"], device)
-    if cfg.stack_dump_after_s:
+    if cfg.stack_dump_every_s:
         faulthandler.cancel_dump_traceback_later()
     return out
 
@@ -209,7 +211,7 @@ class _Runner:
         sink = None
         if cfg.records_dir:
             path = Path(cfg.records_dir) / f"w{self.world}-{case}-rank{self.rank}.jsonl"
-            sink = path.open("w")
+            sink = path.open("w", buffering=1)  # line-buffered: a killed rank leaves its last step
         prof = StepProfiler(rank=self.rank, device=device, sink=sink)
         if isinstance(net, nn.parallel.DistributedDataParallel):
             prof.attach_ddp(net)

@@ -56,3 +56,8 @@ def test_threads_oversubscription_and_different_gpus_are_flagged():
 def test_alike_ranks_on_enough_cores_raise_nothing():
     facts = [{"rank": r, "host": "h", "cpu_cores": 8, "torch_threads": 1, "gpu": "X"} for r in range(2)]
     assert homogeneity_problems(facts) == []
+
+
+def test_one_rank_is_never_a_straggler():
+    (score,) = straggler_scores(steps(5, world=1))
+    assert score.relative == 1.0 and not score.straggler and score.caused_wait_ms == 0.0

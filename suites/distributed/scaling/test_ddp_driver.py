@@ -1,4 +1,5 @@
-"""The data-parallel scaling driver (python -m reference_impls.training.scaling), on CPU with gloo.
+"""The data-parallel scaling driver (python -m reference_impls.scaling.ddp, formerly
+reference_impls.training.scaling), on CPU with gloo.
 
 Timings on a shared 2-core machine mean nothing, so this checks the driver's bookkeeping, not
 its numbers: every case ran, the derived columns follow from the measured ones, and the
@@ -8,6 +9,7 @@ Trainer gives the same validation loss at 1 and 2 workers (same global batch, sa
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 
@@ -20,7 +22,7 @@ def scaling(tmp_path_factory):
     cmd = [
         sys.executable,
         "-m",
-        "reference_impls.training.scaling",
+        "reference_impls.scaling.ddp",
         "--device",
         "cpu",
         "--gpus",
@@ -84,3 +86,12 @@ def test_the_trainer_reaches_the_same_loss_on_one_and_two_workers(scaling):
     # Same global batch and seed: the two-rank mean of half-batch gradients equals the
     # one-rank full-batch gradient up to float32 summation order (~1e-7 relative).
     assert two["last_val_loss"] == pytest.approx(one["last_val_loss"], rel=1e-5)
+
+
+def test_the_former_command_still_runs_the_driver(monkeypatch, capsys):
+    # In process (runpy runs the old module as __main__), so no second torch import is paid.
+    monkeypatch.setattr(sys, "argv", ["scaling.py", "--help"])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_module("reference_impls.training.scaling", run_name="__main__")
+    assert exc.value.code == 0
+    assert "usage: python -m reference_impls.scaling.ddp" in capsys.readouterr().out
