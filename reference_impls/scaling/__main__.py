@@ -37,10 +37,11 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-def _investigate_parser(sub: argparse._SubParsersAction) -> None:
+def _investigate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "investigate",
-        help="run the same training at each world size; report breakdown, efficiency, verdict, projection",
+        help="run the same training at each world size; report breakdown, efficiency, "
+        "verdict, projection",
         description="Run the training loop's model under DDP at each world size (strong and weak "
         "scaling), break every rank's steps down, and write report.md, scaling.json and PNG plots.",
     )
@@ -109,7 +110,7 @@ def _investigate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-def _project_parser(sub: argparse._SubParsersAction) -> None:
+def _project_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "project", help="the cost model alone: step time, comm share, efficiency at N ranks"
     )
@@ -266,7 +267,8 @@ def _project(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print("|---|---|---|---|---|---|---|")
     for p in preds:
         print(
-            f"| {p.world} | {1e3 * p.step_s:.2f} | {1e3 * p.compute_s:.2f} | {1e3 * p.comm_s:.2f} | "
+            f"| {p.world} | {1e3 * p.step_s:.2f} | {1e3 * p.compute_s:.2f} | "
+            f"{1e3 * p.comm_s:.2f} | "
             f"{p.comm_share:.0%} | {p.speedup:.2f} | {p.efficiency:.0%} |"
         )
     print("assumptions: " + "; ".join(costmodel.ASSUMPTIONS))

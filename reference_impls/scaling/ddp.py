@@ -129,7 +129,7 @@ def _time_steps(fn: Callable[[], None], n: int, device: torch.device) -> list[fl
 
 
 def _median_ms(seconds: Sequence[float]) -> float:
-    return 1e3 * statistics.median(seconds)
+    return 1e3 * float(statistics.median(seconds))
 
 
 def _linear_flops_per_sample(model: nn.Module) -> int:
@@ -196,7 +196,7 @@ def _worker(args: argparse.Namespace) -> int:
         info.update(
             gpu=torch.cuda.get_device_name(device),
             cuda=torch.version.cuda,
-            nccl=".".join(map(str, torch.cuda.nccl.version())),
+            nccl=".".join(map(str, torch.cuda.nccl.version())),  # type: ignore[no-untyped-call]
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
         )
 
@@ -213,7 +213,12 @@ def _worker(args: argparse.Namespace) -> int:
             y = torch.randn(local, 1, device=device, generator=gen)
 
             def step(
-                all_reduce: bool, x=x, y=y, precision=precision, net=net, optimizer=optimizer
+                all_reduce: bool,
+                x: torch.Tensor = x,
+                y: torch.Tensor = y,
+                precision: str = precision,
+                net: Any = net,  # DDP (no_sync) or the bare module
+                optimizer: torch.optim.Optimizer = optimizer,
             ) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 skip = net.no_sync() if ddp and not all_reduce else contextlib.nullcontext()
@@ -223,7 +228,7 @@ def _worker(args: argparse.Namespace) -> int:
                     ):
                         out = net(x)
                     loss = F.mse_loss(out.float(), y)
-                    loss.backward()
+                    loss.backward()  # type: ignore[no-untyped-call]
                 optimizer.step()
 
             for _ in range(args.warmup):
@@ -360,7 +365,9 @@ def _worker(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- driver
 
 
-def _run(command: list[str], *, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run(
+    command: list[str], *, timeout: float, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     _log("$ " + " ".join(command))
     started = time.perf_counter()
     try:
@@ -553,7 +560,7 @@ def _driver(args: argparse.Namespace, argv: Sequence[str]) -> int:
     started = time.perf_counter()
 
     def remaining() -> float:
-        return args.budget_s - (time.perf_counter() - started)
+        return float(args.budget_s) - (time.perf_counter() - started)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

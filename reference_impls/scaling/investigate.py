@@ -90,7 +90,8 @@ class InvestigateConfig:
             raise InvestigationError(f"world sizes repeat: {list(ws)}")
         if 1 not in ws:
             raise InvestigationError(
-                f"world sizes {list(ws)} lack 1: speedup and efficiency are measured against one rank; add 1"
+                f"world sizes {list(ws)} lack 1: speedup and efficiency are measured against "
+                "one rank; add 1"
             )
         if self.device not in ("cpu", "cuda"):
             raise InvestigationError(f"device must be cpu or cuda, got {self.device!r}")
@@ -198,7 +199,8 @@ def investigate(
             )
         backend = "nccl" if cfg.device == "cuda" else "gloo"
         log(
-            f"[world {world}] {', '.join(f'{c} (batch {b}/rank)' for c, b in cases)}: launching {world} {backend} rank(s)"
+            f"[world {world}] {', '.join(f'{c} (batch {b}/rank)' for c, b in cases)}: "
+            f"launching {world} {backend} rank(s)"
         )
         started = time.perf_counter()
         try:
@@ -217,7 +219,8 @@ def investigate(
         except LaunchError as exc:
             failures[world] = _where_it_stopped(exc, world, records_dir, cases)
             log(
-                f"[world {world}] FAILED after {time.perf_counter() - started:.1f} s: {failures[world]['summary']}"
+                f"[world {world}] FAILED after {time.perf_counter() - started:.1f} s: "
+                f"{failures[world]['summary']}"
             )
     report = analyse(cfg, runs)
     report["failures"] = {str(w): f for w, f in failures.items()}
@@ -262,7 +265,7 @@ def _where_it_stopped(
             else [],
         }
     parts = []
-    for rank, r in ranks.items():
+    for rank_name, r in ranks.items():
         where = (
             r["stack_top"][0]
             if r["stack_top"]
@@ -270,7 +273,8 @@ def _where_it_stopped(
         )
         step = r["last_recorded"]
         parts.append(
-            f"rank {rank} {r['kind']} after step {step['last_step'] if step else None} of {step['case'] if step else '?'} at {where}"
+            f"rank {rank_name} {r['kind']} after step {step['last_step'] if step else None} "
+            f"of {step['case'] if step else '?'} at {where}"
         )
     return {"ranks": ranks, "summary": "; ".join(parts)}
 
@@ -280,7 +284,9 @@ def _main_thread_frames(dump: str) -> list[str]:
     (innermost first), else of the first thread."""
     last = dump.split("Timeout (")[-1]
     threads = [t for t in last.split("\n\n") if "File " in t]
-    frames = [[ln.strip() for ln in t.splitlines() if ln.strip().startswith("File")] for t in threads]
+    frames = [
+        [ln.strip() for ln in t.splitlines() if ln.strip().startswith("File")] for t in threads
+    ]
     for f in frames:
         if any("workload.py" in line for line in f):
             return f
@@ -480,12 +486,14 @@ def verdict(scaling: list[dict[str, Any]], per_world: dict[str, Any]) -> dict[st
         supply = top["loader_only_samples_per_s"]
         if dominant == "data" or (lost == "data"):
             evidence.append(
-                f"the loader alone delivers {supply:,.0f} samples/s over all ranks; training consumed {demand:,.0f}"
+                f"the loader alone delivers {supply:,.0f} samples/s over all ranks; training "
+                f"consumed {demand:,.0f}"
             )
         stragglers = [s for s in row["stragglers"] if s["straggler"]]
         for s in stragglers:
             evidence.append(
-                f"rank {s['rank']} is a straggler: busy {s['busy_ms']:.2f} ms per step, relative score "
+                f"rank {s['rank']} is a straggler: busy {s['busy_ms']:.2f} ms per step, "
+                "relative score "
                 f"{s['relative']:.2f}, arrives last in {s['last_arrival_share']:.0%} of steps"
             )
         if lost == str(Part.COMM_TRANSFER) and row.get("job_busbw_GBps"):
@@ -494,12 +502,15 @@ def verdict(scaling: list[dict[str, Any]], per_world: dict[str, Any]) -> dict[st
             )
         if mode == "strong" and world > 1 and lost == "compute":
             evidence.append(
-                f"per-rank batch shrank to {row['per_rank_batch']}: compute per rank did not shrink "
-                "with it (fixed per-step cost, or small batches run inefficiently)"
+                f"per-rank batch shrank to {row['per_rank_batch']}: compute per rank did not "
+                "shrink with it (fixed per-step cost, or small batches run inefficiently)"
             )
         text = f"{mode} scaling to {world} rank(s): the step is dominated by {_CAUSES[dominant]}"
         if lost:
-            text += f"; the efficiency is lost mostly to {_CAUSES[lost]} ({excess[lost]:+.2f} ms per step)"
+            text += (
+                f"; the efficiency is lost mostly to {_CAUSES[lost]} "
+                f"({excess[lost]:+.2f} ms per step)"
+            )
         if stragglers:
             text += f"; straggler: rank {', '.join(str(s['rank']) for s in stragglers)}"
         out["modes"][mode] = {
@@ -560,7 +571,8 @@ def _projection(
         multi = [int(w) for w, e in per_world.items() if "solo_allreduce" in e]
         if not multi:
             out["error"] = (
-                "no multi-rank run: no all-reduce measured to fit the link; give --link-alpha-s/--link-beta-Bps"
+                "no multi-rank run: no all-reduce measured to fit the link; give "
+                "--link-alpha-s/--link-beta-Bps"
             )
             return out
         w = max(multi)
@@ -569,7 +581,10 @@ def _projection(
             alpha, beta = costmodel.fit_alpha_beta(
                 w, [s["bytes"] for s in solo], [s["seconds"] for s in solo]
             )
-            source = f"fitted from solo all-reduces at {w} ranks ({', '.join(str(s['bytes']) for s in solo)} bytes)"
+            source = (
+                f"fitted from solo all-reduces at {w} ranks "
+                f"({', '.join(str(s['bytes']) for s in solo)} bytes)"
+            )
         except ValueError as exc:
             s = max(solo, key=lambda s: s["bytes"])
             alpha, beta = 0.0, bus_bandwidth_factor(w) * s["bytes"] / s["seconds"]
@@ -591,7 +606,7 @@ def _projection(
             grad_bytes=grad_bytes,
             buckets=buckets,
             backward_fraction=backward_fraction,
-            scaling=s["mode"],
+            scaling="strong" if s["mode"] == "strong" else "weak",
             batch=cfg.global_batch if s["mode"] == "strong" else cfg.per_rank_batch,
         )
         (pred,) = costmodel.project(work, link, (s["world"],), overlap=True)
@@ -616,7 +631,7 @@ def _projection(
                     grad_bytes=grad_bytes,
                     buckets=k,
                     backward_fraction=backward_fraction,
-                    scaling=mode,
+                    scaling="strong" if mode == "strong" else "weak",
                     batch=cfg.global_batch if mode == "strong" else cfg.per_rank_batch,
                 )
                 key = f"{mode}, {'overlap' if overlap else 'no overlap'}, {label} ({k})"

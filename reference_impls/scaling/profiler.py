@@ -56,7 +56,7 @@ class _CpuClock:
         return True
 
     def seconds(self, origin: Any, mark: Any) -> float:
-        return mark - origin
+        return float(mark - origin)
 
     def wait(self, mark: Any) -> None:
         pass
@@ -69,7 +69,7 @@ class _CudaClock:
         self.device = device
 
     def now(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)
+        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         event.record()
         return event
 
@@ -77,7 +77,7 @@ class _CudaClock:
         return bool(mark.query())
 
     def seconds(self, origin: Any, mark: Any) -> float:
-        return origin.elapsed_time(mark) / 1e3
+        return float(origin.elapsed_time(mark)) / 1e3
 
     def wait(self, mark: Any) -> None:
         mark.synchronize()
@@ -198,7 +198,7 @@ class StepProfiler:
 
         # No annotations: DDP compares them with dist.GradBucket, and postponed annotations
         # are strings.
-        def hook(state, bucket):
+        def hook(state, bucket):  # type: ignore[no-untyped-def]
             handle = self.comm_started(bucket.buffer().numel() * bucket.buffer().element_size())
             fut = allreduce_hook(state, bucket)
 

@@ -46,7 +46,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"{report['date_utc']} UTC; device {cfg['device']}; world sizes {cfg['world_sizes']}; "
         f"model MLP {cfg['in_features']} -> {' -> '.join(map(str, cfg['hidden']))} -> 1; "
-        f"strong scaling global batch {cfg['global_batch']}, weak scaling {cfg['per_rank_batch']} per rank; "
+        f"strong scaling global batch {cfg['global_batch']}, weak scaling "
+        f"{cfg['per_rank_batch']} per rank; "
         f"{cfg['steps']} timed steps per case after {cfg['warmup']} warm-up.",
         "",
     ]
@@ -69,7 +70,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             "## Speedup and efficiency",
             "",
-            "| mode | ranks | per-rank batch | global batch | step ms | samples/s | speedup | efficiency | comm share | data share | loader alone, samples/s |",
+            "| mode | ranks | per-rank batch | global batch | step ms | samples/s | speedup "
+            "| efficiency | comm share | data share | loader alone, samples/s |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in report["scaling"]:
@@ -79,8 +81,10 @@ def markdown(report: dict[str, Any]) -> str:
                 else ""
             )
             lines.append(
-                f"| {s['mode']} | {s['world']} | {s['per_rank_batch']}{flag} | {s['global_batch']} | {s['step_ms']:.2f} | "
-                f"{s['samples_per_s']:,.0f} | {s['speedup']:.2f} | {s['efficiency']:.0%} | {s['comm_share']:.0%} | "
+                f"| {s['mode']} | {s['world']} | {s['per_rank_batch']}{flag} | "
+                f"{s['global_batch']} | {s['step_ms']:.2f} | "
+                f"{s['samples_per_s']:,.0f} | {s['speedup']:.2f} | {s['efficiency']:.0%} | "
+                f"{s['comm_share']:.0%} | "
                 f"{s['data_share']:.0%} | {s['loader_only_samples_per_s']:,.0f} |"
             )
         lines.append("")
@@ -90,7 +94,8 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             "| ranks | case | "
             + " | ".join(str(p) for p in PARTS)
-            + " | step | overlapped comm | breakdown / loop clock | profiler overhead | record bytes |",
+            + " | step | overlapped comm | breakdown / loop clock | profiler overhead | "
+            "record bytes |",
             "|---|---|" + "---|" * (len(PARTS) + 5),
         ]
         for r in report["rows"]:
@@ -98,7 +103,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['world']} | {r['case']} | "
                 + " | ".join(f"{r['parts_ms'][str(p)]:.3f}" for p in PARTS)
-                + f" | {r['step_ms']:.3f} | {r['comm_overlapped_ms']:.3f} | {_f(r['breakdown_vs_loop_clock'], '.3f')} | "
+                + f" | {r['step_ms']:.3f} | {r['comm_overlapped_ms']:.3f} | "
+                f"{_f(r['breakdown_vs_loop_clock'], '.3f')} | "
                 f"{_f(o, '+.1%')} | {r['record_bytes_max']} |"
             )
         lines += [
@@ -117,7 +123,8 @@ def markdown(report: dict[str, Any]) -> str:
                 )
         lines += [
             "",
-            "Stragglers (relative score: fastest rank's busy time / this rank's; individual: its best / its median):",
+            "Stragglers (relative score: fastest rank's busy time / this rank's; individual: "
+            "its best / its median):",
             "",
         ]
         lines += [
@@ -127,8 +134,10 @@ def markdown(report: dict[str, Any]) -> str:
         for r in report["rows"]:
             for s in r["stragglers"]:
                 lines.append(
-                    f"| {r['world']} | {r['case']} | {s['rank']} | {s['busy_ms']:.3f} | {s['relative']:.2f} | "
-                    f"{s['individual']:.2f} | {s['last_arrival_share']:.0%} | {'yes' if s['straggler'] else ''} |"
+                    f"| {r['world']} | {r['case']} | {s['rank']} | {s['busy_ms']:.3f} | "
+                    f"{s['relative']:.2f} | "
+                    f"{s['individual']:.2f} | {s['last_arrival_share']:.0%} | "
+                    f"{'yes' if s['straggler'] else ''} |"
                 )
         lines.append("")
     comm = [(w, e) for w, e in report.get("worlds", {}).items() if e.get("solo_allreduce")]
@@ -143,7 +152,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"- {w} ranks, solo (barrier-aligned): {solo}")
             for r in job:
                 lines.append(
-                    f"- {w} ranks, {r['case']}: the job's gradient all-reduces reached {r['job_busbw_GBps']:.2f} GB/s busbw"
+                    f"- {w} ranks, {r['case']}: the job's gradient all-reduces reached "
+                    f"{r['job_busbw_GBps']:.2f} GB/s busbw"
                 )
         lines.append("")
     if "transport" in report:
@@ -160,9 +170,12 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             "## Projection (cost model)",
             "",
-            f"Link: alpha {1e6 * link['alpha_s']:.1f} us per ring step, beta {link['beta_Bps'] / 1e9:.3f} GB/s ({link['source']}). "
-            f"Compute: {1e3 * w['fixed_s']:.3f} ms fixed + {1e6 * w['per_sample_s']:.3f} us per sample ({proj['compute_fit']}); "
-            f"gradients {w['grad_bytes']:,} bytes in {w['buckets']} bucket(s); backward {w['backward_fraction']:.0%} of compute.",
+            f"Link: alpha {1e6 * link['alpha_s']:.1f} us per ring step, beta "
+            f"{link['beta_Bps'] / 1e9:.3f} GB/s ({link['source']}). "
+            f"Compute: {1e3 * w['fixed_s']:.3f} ms fixed + {1e6 * w['per_sample_s']:.3f} us "
+            f"per sample ({proj['compute_fit']}); "
+            f"gradients {w['grad_bytes']:,} bytes in {w['buckets']} bucket(s); backward "
+            f"{w['backward_fraction']:.0%} of compute.",
             "",
             "Check against the measured world sizes:",
             "",
@@ -171,7 +184,8 @@ def markdown(report: dict[str, Any]) -> str:
         ]
         for c in proj["check"]:
             lines.append(
-                f"| {c['mode']} | {c['world']} | {c['measured_step_ms']:.3f} | {c['predicted_step_ms']:.3f} | {c['relative_error']:+.0%} |"
+                f"| {c['mode']} | {c['world']} | {c['measured_step_ms']:.3f} | "
+                f"{c['predicted_step_ms']:.3f} | {c['relative_error']:+.0%} |"
             )
         lines += [
             "",
@@ -181,7 +195,8 @@ def markdown(report: dict[str, Any]) -> str:
         for key, preds in proj["projections"].items():
             for p in preds:
                 lines.append(
-                    f"| {key} | {p['world']} | {1e3 * p['step_s']:.3f} | {p['comm_share']:.0%} | {p['speedup']:.2f} | {p['efficiency']:.0%} |"
+                    f"| {key} | {p['world']} | {1e3 * p['step_s']:.3f} | "
+                    f"{p['comm_share']:.0%} | {p['speedup']:.2f} | {p['efficiency']:.0%} |"
                 )
         lines += ["", "Assumptions:", ""] + [f"- {a}" for a in proj["assumptions"]] + [""]
     elif proj.get("error"):
@@ -215,7 +230,7 @@ def _plots(report: dict[str, Any], out: Path) -> list[Path]:
     for p in PARTS:
         vals = [r["parts_ms"][str(p)] for r in rows]
         ax.bar(labels, vals, bottom=bottom, label=str(p), color=_COLORS[str(p)])
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_ylabel("ms per step (mean over ranks)")
     ax.set_title("Step breakdown per world size")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))

@@ -145,7 +145,9 @@ def host_facts(rank: int, *, local_world_size: int, device: str = "cpu") -> dict
                     timeout=10,
                     check=True,
                 ).stdout.strip()
-                facts.update(dict(zip(fields.split(","), [v.strip() for v in line.split(",")])))
+                facts.update(
+                    dict(zip(fields.split(","), [v.strip() for v in line.split(",")], strict=False))
+                )
             except (OSError, subprocess.SubprocessError) as exc:
                 facts["nvidia_smi_error"] = str(exc)
     return facts

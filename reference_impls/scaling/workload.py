@@ -78,7 +78,7 @@ class RankConfig:
     seed: int = 0
 
 
-class SyntheticBatches(IterableDataset):
+class SyntheticBatches(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
     """Random regression batches, generated per batch (like a loader that decodes), with an
     optional sleep per batch (a slow pipeline) and an optional failure."""
 
@@ -108,7 +108,9 @@ class SyntheticBatches(IterableDataset):
             i += 1
 
 
-def _loader(cfg: RankConfig, batch: int, rank: int) -> DataLoader:
+def _loader(
+    cfg: RankConfig, batch: int, rank: int
+) -> DataLoader[tuple[torch.Tensor, torch.Tensor]]:
     data = SyntheticBatches(
         batch,
         cfg.in_features,
@@ -201,7 +203,7 @@ class _Runner:
                 time.sleep(cfg.slow_ms / 1e3)  # a slower device: more time in its own compute
             loss = F.mse_loss(net(x), y)
         with prof.phase("backward"):
-            loss.backward()  # DDP's all-reduces run in here
+            loss.backward()  # type: ignore[no-untyped-call]  # DDP's all-reduces run in here
         with prof.phase("optimizer"):
             self.opt.step()
 

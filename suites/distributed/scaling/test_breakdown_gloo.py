@@ -33,7 +33,10 @@ def straggler_run():
 
 def test_the_fast_ranks_extra_time_is_waiting_not_transfer(straggler_run):
     attributed = attribute_steps(records(straggler_run))
-    wait = {r: statistics.median(a.parts[Part.COMM_WAIT] for a in attributed if a.rank == r) for r in (0, 1)}
+    wait = {
+        r: statistics.median(a.parts[Part.COMM_WAIT] for a in attributed if a.rank == r)
+        for r in (0, 1)
+    }
     # Rank 0 waits out rank 1's sleep: at least most of the 5 ms (rank 0's own hiccups can
     # eat into it; 3.5 ms leaves 1.5 ms for them). Rank 1, the last to arrive, waits for
     # nobody in most steps.
@@ -55,7 +58,9 @@ def test_the_injected_slow_rank_is_named_as_the_straggler(straggler_run):
 def test_the_breakdown_adds_up_to_the_loops_own_clock_within_5_percent(straggler_run):
     for res in straggler_run:
         case = res["cases"]["c"]
-        ratios = sorted(r["wall"] / t for r, t in zip(case["records"], case["outer_step_s"], strict=True))
+        ratios = sorted(
+            r["wall"] / t for r, t in zip(case["records"], case["outer_step_s"], strict=True)
+        )
         # The loop's clock also covers the profiler's own bookkeeping after the step; the median
         # step agrees within 5%, as required of the breakdown.
         assert 0.95 <= statistics.median(ratios) <= 1.0 + 1e-9, ratios
@@ -85,7 +90,9 @@ def test_a_communication_heavy_model_shows_communication_dominant():
     results = launch(run_rank, cfg, config=LaunchConfig(world_size=2, timeout_s=120))
     recs = records(results)
     attributed = attribute_steps(recs)
-    comm = statistics.median(a.parts[Part.COMM_TRANSFER] + a.parts[Part.COMM_WAIT] for a in attributed)
+    comm = statistics.median(
+        a.parts[Part.COMM_TRANSFER] + a.parts[Part.COMM_WAIT] for a in attributed
+    )
     compute = statistics.median(
         a.parts[Part.FORWARD] + a.parts[Part.BACKWARD] + a.parts[Part.OPTIMIZER] for a in attributed
     )

@@ -35,12 +35,16 @@ def test_the_report_files_are_written(slow_loader_run):
     for name in ("breakdown.png", "efficiency.png", "step_times.png"):
         assert (out / name).read_bytes()[:8] == PNG_MAGIC, name
     md = (out / "report.md").read_text()
-    for heading in ("## Verdict", "## Speedup and efficiency", "## Step breakdown", "## Projection"):
+    for heading in (
+        "## Verdict",
+        "## Speedup and efficiency",
+        "## Step breakdown",
+        "## Projection",
+    ):
         assert heading in md
     assert "[world 2]" in stdout and "verdict:" in stdout  # progress and the verdict on stdout
-    assert sorted(p.name for p in (out / "records").glob("w2-*.jsonl")) == [
-        "w2-strong-rank0.jsonl", "w2-strong-rank1.jsonl", "w2-weak-rank0.jsonl", "w2-weak-rank1.jsonl",
-    ]  # fmt: skip
+    names = sorted(p.name for p in (out / "records").glob("w2-*.jsonl"))
+    assert names == [f"w2-{case}-rank{r}.jsonl" for case in ("strong", "weak") for r in (0, 1)]
 
 
 def test_a_slow_loader_makes_data_wait_dominant_and_the_verdict_says_so(slow_loader_run):
@@ -61,10 +65,14 @@ def test_speedup_efficiency_and_loader_throughput_follow_from_the_measurements(s
     assert set(rows) == {(m, w) for m in ("strong", "weak") for w in (1, 2)}
     for mode in ("strong", "weak"):
         one, two = rows[(mode, 1)], rows[(mode, 2)]
-        assert two["speedup"] == pytest.approx(two["samples_per_s"] / one["samples_per_s"], rel=1e-12)
+        assert two["speedup"] == pytest.approx(
+            two["samples_per_s"] / one["samples_per_s"], rel=1e-12
+        )
         assert two["efficiency"] == pytest.approx(two["speedup"] / 2, rel=1e-12)
         # samples/s is the global batch over the mean step (float arithmetic only)
-        assert two["samples_per_s"] == pytest.approx(two["global_batch"] / (two["step_ms"] / 1e3), rel=1e-12)
+        assert two["samples_per_s"] == pytest.approx(
+            two["global_batch"] / (two["step_ms"] / 1e3), rel=1e-12
+        )
         # The loader alone sleeps 20 ms a batch, so it cannot beat batch / 20 ms per rank.
         bound = two["per_rank_batch"] * 2 / (LOADER_SLEEP_MS / 1e3)
         assert 0 < two["loader_only_samples_per_s"] <= bound
@@ -85,13 +93,17 @@ def test_the_projection_states_its_assumptions_and_its_error_at_the_measured_siz
     _, _, report = slow_loader_run
     proj = report["projection"]
     assert proj["assumptions"] and proj["link"]["beta_Bps"] > 0
-    assert {(c["mode"], c["world"]) for c in proj["check"]} == {(m, w) for m in ("strong", "weak") for w in (1, 2)}
+    assert {(c["mode"], c["world"]) for c in proj["check"]} == {
+        (m, w) for m in ("strong", "weak") for w in (1, 2)
+    }
     worlds = [p["world"] for p in next(iter(proj["projections"].values()))]
     assert worlds == [1, 2, 8, 64, 512]
 
 
 def test_a_loader_that_raises_fails_the_run_with_its_message(tmp_path):
-    cfg = InvestigateConfig(world_sizes=(1,), steps=4, warmup=1, overhead_blocks=0, loader_fail_at=3, timeout_s=60)
+    cfg = InvestigateConfig(
+        world_sizes=(1,), steps=4, warmup=1, overhead_blocks=0, loader_fail_at=3, timeout_s=60
+    )
     report = investigate(cfg, tmp_path, log=lambda _: None)
     assert report["ok"] is False
     (rank0,) = report["failures"]["1"]["ranks"].values()
@@ -102,7 +114,9 @@ def test_a_loader_that_raises_fails_the_run_with_its_message(tmp_path):
 
 def test_a_hanging_rank_is_killed_and_the_report_says_where_it_stopped(tmp_path):
     # warm-up 1, then timed steps 0, 1, ...: the rank blocks before its 4th step (timed step 2).
-    cfg = InvestigateConfig(world_sizes=(1,), steps=6, warmup=1, overhead_blocks=0, hang_at_step=3, timeout_s=15)
+    cfg = InvestigateConfig(
+        world_sizes=(1,), steps=6, warmup=1, overhead_blocks=0, hang_at_step=3, timeout_s=15
+    )
     report = investigate(cfg, tmp_path, log=lambda _: None)
     assert report["ok"] is False
     (rank0,) = report["failures"]["1"]["ranks"].values()

@@ -56,7 +56,9 @@ def test_every_rank_pays_the_same_transfer_and_one_rank_waits_for_nobody(records
     assert min(a.parts[Part.COMM_WAIT] for a in attributed) == 0.0
     for a, r in zip(attributed, sorted(records, key=lambda r: r.rank), strict=True):
         # transfer + wait is exactly what the rank measured as exposed communication
-        assert a.parts[Part.COMM_TRANSFER] + a.parts[Part.COMM_WAIT] == pytest.approx(r.comm, abs=1e-15)
+        assert a.parts[Part.COMM_TRANSFER] + a.parts[Part.COMM_WAIT] == pytest.approx(
+            r.comm, abs=1e-15
+        )
 
 
 @given(st.integers(1, 4).flatmap(lambda w: st.lists(step_records(world=w), min_size=1, max_size=5)))
@@ -93,7 +95,13 @@ def test_comm_time_grows_with_ranks_bytes_latency_and_falls_with_bandwidth(n, nb
 )
 def test_projection_invariants(fixed, per, nbytes, k, bwd, mode, batch, a, b):
     work = Workload(
-        fixed_s=fixed, per_sample_s=per, grad_bytes=nbytes, buckets=k, backward_fraction=bwd, scaling=mode, batch=batch
+        fixed_s=fixed,
+        per_sample_s=per,
+        grad_bytes=nbytes,
+        buckets=k,
+        backward_fraction=bwd,
+        scaling=mode,
+        batch=batch,
     )
     link = Interconnect(alpha_s=a, beta_Bps=b)
     worlds = (1, 2, 8, 64, 512)

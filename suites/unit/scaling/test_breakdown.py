@@ -14,7 +14,14 @@ from reference_impls.scaling.profiler import _union_length
 
 
 def rec(rank, step=0, **kw):
-    base = dict(wall=0.010, data=0.001, forward=0.002, backward=0.002, optimizer=0.001, comm=0.002)
+    base = {
+        "wall": 0.010,
+        "data": 0.001,
+        "forward": 0.002,
+        "backward": 0.002,
+        "optimizer": 0.001,
+        "comm": 0.002,
+    }
     base.update(kw)
     return StepRecord(step=step, rank=rank, **base)
 
@@ -38,7 +45,9 @@ def test_the_parts_add_up_to_the_wall_time_of_every_rank():
 
 
 def test_mean_parts_add_up_to_the_mean_step():
-    steps = attribute_steps([rec(r, step=k, wall=0.01 + 0.001 * k) for r in (0, 1) for k in range(4)])
+    steps = attribute_steps(
+        [rec(r, step=k, wall=0.01 + 0.001 * k) for r in (0, 1) for k in range(4)]
+    )
     means = mean_parts(steps)
     assert sum(means[str(p)] for p in PARTS) == pytest.approx(means["wall"], rel=1e-12)
     assert means["wall"] == pytest.approx(0.0115, rel=1e-12)
@@ -108,14 +117,13 @@ def test_the_profiler_times_each_phase_and_the_rest_is_other():
 
 def test_simulated_ddp_communication_splits_backward_into_compute_and_exposed_wait():
     prof = StepProfiler()
-    with prof.step():
-        with prof.phase("backward"):
-            first = prof.comm_started(100)  # bucket 1 ready early: overlaps compute
-            time.sleep(0.003)
-            prof.comm_done(first)
-            last = prof.comm_started(100)  # last bucket: compute is over
-            time.sleep(0.004)  # blocked until the all-reduce completes
-            prof.comm_done(last)
+    with prof.step(), prof.phase("backward"):
+        first = prof.comm_started(100)  # bucket 1 ready early: overlaps compute
+        time.sleep(0.003)
+        prof.comm_done(first)
+        last = prof.comm_started(100)  # last bucket: compute is over
+        time.sleep(0.004)  # blocked until the all-reduce completes
+        prof.comm_done(last)
     (r,) = prof.records
     assert r.comm >= 0.004  # exposed: from the last bucket's readiness to the phase's end
     assert r.backward >= 0.003 and r.backward < r.comm + 0.003 + 0.05

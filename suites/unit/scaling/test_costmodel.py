@@ -42,7 +42,9 @@ def test_overlap_hides_communication_behind_backward_but_not_the_last_bucket():
 
 
 def test_past_one_node_the_ring_runs_at_the_networks_speed():
-    link = Interconnect(alpha_s=5e-6, beta_Bps=300e9, gpus_per_node=8, inter_alpha_s=2e-5, inter_beta_Bps=25e9)
+    link = Interconnect(
+        alpha_s=5e-6, beta_Bps=300e9, gpus_per_node=8, inter_alpha_s=2e-5, inter_beta_Bps=25e9
+    )
     assert link.link(8) == (5e-6, 300e9)
     assert link.link(16) == (2e-5, 25e9)
     work = Workload(fixed_s=0.0, per_sample_s=1e-4, grad_bytes=10**9, batch=1024)

@@ -8,7 +8,10 @@ from reference_impls.scaling import StepRecord, homogeneity_problems, straggler_
 def steps(n, slow_rank=None, slow_s=0.005, world=3):
     out = []
     for k in range(n):
-        busy = {r: 0.004 + (slow_s if r == slow_rank else 0.0) + 1e-5 * ((k * 7 + r) % 5) for r in range(world)}
+        busy = {
+            r: 0.004 + (slow_s if r == slow_rank else 0.0) + 1e-5 * ((k * 7 + r) % 5)
+            for r in range(world)
+        }
         end = max(busy.values()) + 0.001  # everyone leaves the all-reduce together
         for r in range(world):
             out.append(StepRecord(step=k, rank=r, wall=end, forward=busy[r], comm=end - busy[r]))
@@ -54,7 +57,9 @@ def test_threads_oversubscription_and_different_gpus_are_flagged():
 
 
 def test_alike_ranks_on_enough_cores_raise_nothing():
-    facts = [{"rank": r, "host": "h", "cpu_cores": 8, "torch_threads": 1, "gpu": "X"} for r in range(2)]
+    facts = [
+        {"rank": r, "host": "h", "cpu_cores": 8, "torch_threads": 1, "gpu": "X"} for r in range(2)
+    ]
     assert homogeneity_problems(facts) == []
 
 

@@ -1,5 +1,7 @@
 """The NCCL_DEBUG=INFO parser on log text of the shape NCCL 2.18-2.28 prints."""
 
+# ruff: noqa: E501 - the log lines are kept exactly as NCCL prints them
+
 from __future__ import annotations
 
 import pytest
