@@ -149,7 +149,8 @@ def _exposed(comm_s: float, backward_s: float, buckets: int, overlap: bool) -> f
     finish = 0.0
     for i in range(1, buckets + 1):  # bucket i ready after i/k of backward
         finish = max(finish, backward_s * i / buckets) + per
-    return max(0.0, finish - backward_s)
+    # Clipped to [0, comm_s]: finish - backward_s loses the low bits when backward dwarfs comm.
+    return min(comm_s, max(0.0, finish - backward_s))
 
 
 @dataclasses.dataclass(frozen=True)
