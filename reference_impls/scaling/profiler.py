@@ -246,26 +246,29 @@ class StepProfiler:
         origin = step.start
         wall = sec(origin, step.end)
         totals = dict.fromkeys(PHASES, 0.0)
-        backward_windows: list[tuple[float, float]] = []
+        backward: tuple[float, float] | None = None
         for name, a, b in step.marks:
-            t0, t1 = sec(origin, a), sec(origin, b)
-            totals[name] += max(0.0, t1 - t0)
+            t0 = sec(origin, a)
+            t1 = sec(origin, b)
+            if t1 > t0:
+                totals[name] += t1 - t0
             if name == "backward":
-                backward_windows.append((t0, t1))
-        with self._lock:
-            comm = [(sec(origin, a), sec(origin, b)) for a, b in step.comm if b is not None]
+                backward = (t0, t1)
         exposed = overlapped = 0.0
-        if comm and backward_windows:
-            # DDP: the last bucket is ready when backward's compute ends; after that point the
-            # phase only waits for all-reduces (exposed), before it they hide behind compute.
-            compute_end = max(a for a, _ in comm)
-            b0, b1 = backward_windows[-1]
-            compute_end = min(max(compute_end, b0), b1)
-            exposed = b1 - compute_end
-            overlapped = _union_length(
-                [(a, min(b, compute_end)) for a, b in comm if a < compute_end]
-            )
-            totals["backward"] -= exposed
+        if step.comm and backward is not None:
+            with self._lock:
+                comm = [(sec(origin, a), sec(origin, b)) for a, b in step.comm if b is not None]
+            if comm:
+                # DDP: the last bucket is ready when backward's compute ends; after that point
+                # the phase only waits for all-reduces (exposed), before it they hide behind
+                # compute.
+                b0, b1 = backward
+                compute_end = min(max(max(a for a, _ in comm), b0), b1)
+                exposed = b1 - compute_end
+                overlapped = _union_length(
+                    [(a, min(b, compute_end)) for a, b in comm if a < compute_end]
+                )
+                totals["backward"] -= exposed
         return StepRecord(
             step=step.index,
             rank=self.rank,
