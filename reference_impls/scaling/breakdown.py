@@ -21,7 +21,6 @@ remainder, never negative because the phases are measured one after another on o
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
