@@ -32,7 +32,14 @@ from typing import Any
 from reference_impls.collectives import LaunchConfig, LaunchError, launch
 from reference_impls.collectives.schedule import bus_bandwidth_factor
 from reference_impls.scaling import costmodel
-from reference_impls.scaling.breakdown import PARTS, Part, StepRecord, attribute_steps, mean_parts
+from reference_impls.scaling.breakdown import (
+    PARTS,
+    AttributedStep,
+    Part,
+    StepRecord,
+    attribute_steps,
+    mean_parts,
+)
 from reference_impls.scaling.stragglers import homogeneity_problems, straggler_scores
 from reference_impls.scaling.transport import parse_nccl_log
 from reference_impls.scaling.workload import RankConfig, run_rank
@@ -315,7 +322,7 @@ def analyse(cfg: InvestigateConfig, runs: dict[int, list[dict[str, Any]]]) -> di
         }
         for case, batch in cfg.cases(world):
             recs = _records(results, case)
-            attributed = attribute_steps(recs)
+            attributed, outliers = steady_steps(attribute_steps(recs))
             parts = mean_parts(attributed)
             per_rank = {
                 str(r): mean_parts([a for a in attributed if a.rank == r]) for r in range(world)
@@ -363,6 +370,8 @@ def analyse(cfg: InvestigateConfig, runs: dict[int, list[dict[str, Any]]]) -> di
                     "per_rank": overhead,
                 },
                 "record_bytes_max": max(len(r.to_json()) + 1 for r in recs),
+                "steps": len({a.step for a in attributed}),
+                "outlier_steps": outliers,
                 "grad_bytes": grad_bytes,
                 "job_busbw_GBps": (
                     bus_bandwidth_factor(world) * grad_bytes / comm_time / 1e9
@@ -417,6 +426,26 @@ def analyse(cfg: InvestigateConfig, runs: dict[int, list[dict[str, Any]]]) -> di
     report["verdict"] = verdict(scaling, per_world)
     report["projection"] = _projection(cfg, runs, per_world, scaling)
     return report
+
+
+OUTLIER_FACTOR = 1.5
+"""A step slower than this many times the median step is an outlier (left out of the means)."""
+
+
+def steady_steps(attributed: list[AttributedStep]) -> tuple[list[AttributedStep], list[int]]:
+    """The steps whose slowest rank took at most :data:`OUTLIER_FACTOR` x the median step, and
+    the numbers of the others. On a shared machine a descheduled process makes single steps
+    10-100x slower; a mean over them would be theirs. A straggler that is slow at every step
+    moves the median too, so it is never left out."""
+    walls: dict[int, float] = {}
+    for a in attributed:
+        walls[a.step] = max(walls.get(a.step, 0.0), a.wall)
+    if not walls:
+        return attributed, []
+    limit = OUTLIER_FACTOR * statistics.median(walls.values())
+    out = sorted(step for step, wall in walls.items() if wall > limit)
+    drop = set(out)
+    return [a for a in attributed if a.step not in drop], out
 
 
 _CAUSES = {

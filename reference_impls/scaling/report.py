@@ -92,11 +92,14 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             "## Step breakdown (mean ms per step, all ranks; the parts add up to the step)",
             "",
+            "Steps whose slowest rank took more than 1.5x the median step are left out of the "
+            "means (a descheduled process on a shared machine); their count is in the last column.",
+            "",
             "| ranks | case | "
             + " | ".join(str(p) for p in PARTS)
             + " | step | overlapped comm | breakdown / loop clock | profiler overhead | "
-            "record bytes |",
-            "|---|---|" + "---|" * (len(PARTS) + 5),
+            "record bytes | outlier steps |",
+            "|---|---|" + "---|" * (len(PARTS) + 6),
         ]
         for r in report["rows"]:
             o = r["overhead"]["relative_median"]
@@ -105,7 +108,8 @@ def markdown(report: dict[str, Any]) -> str:
                 + " | ".join(f"{r['parts_ms'][str(p)]:.3f}" for p in PARTS)
                 + f" | {r['step_ms']:.3f} | {r['comm_overlapped_ms']:.3f} | "
                 f"{_f(r['breakdown_vs_loop_clock'], '.3f')} | "
-                f"{_f(o, '+.1%')} | {r['record_bytes_max']} |"
+                f"{_f(o, '+.1%')} | {r['record_bytes_max']} | "
+                f"{len(r['outlier_steps'])} of {r['steps'] + len(r['outlier_steps'])} |"
             )
         lines += [
             "",

@@ -8,6 +8,8 @@ of 32, one thread; ~1-2 ms per step on a CPU core):
   same loop with a ``StepProfiler`` step and four phases around it), ``phases+sink`` (also
   writing each record as a JSON line to a file), ``disabled`` (the context managers present,
   the profiler off: what an instrumented loop costs when not measuring).
+- ``ProfilerCost``: CPU seconds for 1,000 steps of empty phases: the profiler alone (per step:
+  divide by 1,000), with and without the JSON sink.
 - ``ProfilerOverheadPerStep``: ``track_info_``: microseconds per step and the percentage of the
   bare step, from 5 interleaved ABBA pairs (a difference of two times: informational only).
 - ``TrainerBreakdownOverhead``: ``Trainer.run()`` for 100 steps with and without the
@@ -120,6 +122,41 @@ class ProfilerOverhead:
 
     def time_100_steps(self, timers):
         self.run()
+
+
+class ProfilerCost:
+    """The profiler's own cost: 1,000 steps of four empty phases each (CPU time). Its cost per
+    step, divided by a real step's time, is the overhead; unlike the difference of two loop
+    timings it does not drown in the noise of a shared machine."""
+
+    params = ["no sink", "json sink"]
+    param_names = ["output"]
+    number = 1
+    repeat = (7, 10, 60.0)
+    timer = time.process_time
+
+    def setup(self, output):
+        self.dir = tempfile.mkdtemp(prefix="bench_scaling_")
+        self.sink = open(os.path.join(self.dir, "r.jsonl"), "w") if output == "json sink" else None  # noqa: SIM115
+        self.prof = StepProfiler(sink=self.sink, keep=False)
+
+    def teardown(self, output):
+        if self.sink is not None:
+            self.sink.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def time_1000_steps(self, output):
+        prof = self.prof
+        for _ in range(1000):
+            with prof.step():
+                with prof.phase("data"):
+                    pass
+                with prof.phase("forward"):
+                    pass
+                with prof.phase("backward"):
+                    pass
+                with prof.phase("optimizer"):
+                    pass
 
 
 class ProfilerOverheadPerStep:
