@@ -123,6 +123,7 @@ def host_facts(rank: int, *, local_world_size: int, device: str = "cpu") -> dict
         "cpu_cores": cores,
         "local_world_size": local_world_size,
         "torch_threads": torch.get_num_threads(),
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "torch": torch.__version__,
     }
     if device == "cuda" and torch.cuda.is_available():
@@ -167,6 +168,13 @@ def homogeneity_problems(facts: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"host {host}: {ranks} ranks on {cores} CPU cores; more ranks than cores slows "
                 "gloo jobs about 20x (their communication threads starve), so these timings "
                 "say nothing about the interconnect: use at most one rank per core"
+            )
+        loads = [f["load_average_1min"] for f in fs if f.get("load_average_1min") is not None]
+        if loads and max(loads) > cores:
+            problems.append(
+                f"host {host}: load average {max(loads):.1f} on {cores} CPU cores when the ranks "
+                "started: other work shares the CPUs, so times include its time slices; "
+                "rerun on an idle host before trusting speedups"
             )
         threads = sum(int(f.get("torch_threads", 1)) for f in fs)
         if ranks <= cores < threads:

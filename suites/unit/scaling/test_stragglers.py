@@ -66,3 +66,12 @@ def test_alike_ranks_on_enough_cores_raise_nothing():
 def test_one_rank_is_never_a_straggler():
     (score,) = straggler_scores(steps(5, world=1))
     assert score.relative == 1.0 and not score.straggler and score.caused_wait_ms == 0.0
+
+
+def test_a_busy_host_is_flagged():
+    facts = [
+        {"rank": r, "host": "h", "cpu_cores": 2, "torch_threads": 1, "load_average_1min": 9.5}
+        for r in range(2)
+    ]
+    (problem,) = homogeneity_problems(facts)
+    assert "load average 9.5 on 2 CPU cores" in problem
