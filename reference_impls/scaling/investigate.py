@@ -653,7 +653,8 @@ def _projection(
     proj: dict[str, Any] = {}
     for mode in cfg.modes:
         for overlap in (True, False):
-            for label, k in (("ddp buckets", buckets), ("one bucket", 1)):
+            variants = [("ddp buckets", buckets)] + ([("one bucket", 1)] if buckets > 1 else [])
+            for label, k in variants:
                 work = costmodel.Workload(
                     fixed_s=fixed,
                     per_sample_s=per,
