@@ -196,7 +196,7 @@ def _worker(args: argparse.Namespace) -> int:
         info.update(
             gpu=torch.cuda.get_device_name(device),
             cuda=torch.version.cuda,
-            nccl=".".join(map(str, torch.cuda.nccl.version())),  # type: ignore[no-untyped-call]
+            nccl=".".join(map(str, torch.cuda.nccl.version())),
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
         )
 
@@ -228,7 +228,7 @@ def _worker(args: argparse.Namespace) -> int:
                     ):
                         out = net(x)
                     loss = F.mse_loss(out.float(), y)
-                    loss.backward()  # type: ignore[no-untyped-call]
+                    loss.backward()
                 optimizer.step()
 
             for _ in range(args.warmup):

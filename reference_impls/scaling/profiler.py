@@ -69,7 +69,7 @@ class _CudaClock:
         self.device = device
 
     def now(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
 
@@ -198,7 +198,7 @@ class StepProfiler:
 
         # No annotations: DDP compares them with dist.GradBucket, and postponed annotations
         # are strings.
-        def hook(state, bucket):  # type: ignore[no-untyped-def]
+        def hook(state, bucket):
             handle = self.comm_started(bucket.buffer().numel() * bucket.buffer().element_size())
             fut = allreduce_hook(state, bucket)
 

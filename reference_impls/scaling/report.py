@@ -149,11 +149,11 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["## Interconnect: solo all-reduce vs the job's", ""]
         for w, e in comm:
             solo = ", ".join(
-                f"{s['bytes']:,} B: {1e3 * s['seconds']:.3f} ms ({s['busbw_GBps']:.2f} GB/s busbw)"
+                f"{s['bytes']:,} B: {1e3 * s['seconds']:.3f} ms ({s['busbw_GBps']:.3g} GB/s busbw)"
                 for s in e["solo_allreduce"]
             )
             job = [r for r in report["rows"] if str(r["world"]) == w and r["job_busbw_GBps"]]
-            lines.append(f"- {w} ranks, solo (barrier-aligned): {solo}")
+            lines.append(f"- {w} ranks, solo (the collectives package's busbw benchmark): {solo}")
             for r in job:
                 lines.append(
                     f"- {w} ranks, {r['case']}: the job's gradient all-reduces reached "

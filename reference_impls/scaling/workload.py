@@ -4,11 +4,12 @@ DataLoader, every step timed by :class:`~reference_impls.scaling.profiler.StepPr
 :func:`run_rank` is the function :func:`reference_impls.collectives.launch` starts on every
 rank. For each case (strong and weak scaling batch sizes) it runs warm-up steps, then timed
 steps; then, on the same model, the same steps with the profiler off and on in alternating
-blocks (the profiler's overhead, same run); the loader alone (its throughput, no model); a solo
-all-reduce of the gradients at two sizes (the interconnect baseline and the cost model's alpha
-and beta). Records stream to ``<records_dir>/<case>-rank<r>.jsonl`` as they are made, and a
-``faulthandler`` dumps the stacks every few seconds: a rank killed for a timeout leaves where it
-stopped.
+blocks (the profiler's overhead, same run); the loader alone (its throughput, no model); then
+``dist.all_reduce`` alone at the gradient size and 1/8 of it, timed by
+:func:`reference_impls.collectives.busbw.measure` (the interconnect baseline, and the cost
+model's alpha and beta). Records stream to ``<records_dir>/w<N>-<case>-rank<r>.jsonl`` as they
+are made, and ``faulthandler`` dumps the stacks every few seconds: a rank killed for a timeout
+leaves where it stopped.
 
 Fault injection (for tests and demonstrations): ``slow_rank``/``slow_ms`` sleeps in that rank's
 forward phase (a slower GPU or CPU), ``loader_sleep_ms`` in every batch the loader produces (a
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
+from reference_impls.collectives.busbw import BenchSpec, measure
 from reference_impls.scaling.profiler import StepProfiler
 from reference_impls.scaling.stragglers import host_facts
 from reference_impls.training.config import ModelConfig, OptimizerConfig
@@ -203,7 +205,7 @@ class _Runner:
                 time.sleep(cfg.slow_ms / 1e3)  # a slower device: more time in its own compute
             loss = F.mse_loss(net(x), y)
         with prof.phase("backward"):
-            loss.backward()  # type: ignore[no-untyped-call]  # DDP's all-reduces run in here
+            loss.backward()  # DDP's all-reduces run in here
         with prof.phase("optimizer"):
             self.opt.step()
 
@@ -289,21 +291,22 @@ def _loader_only(cfg: RankConfig, batch: int, rank: int) -> dict[str, float]:
 
 
 def _solo_allreduce(cfg: RankConfig, grad_bytes: int, device: torch.device) -> dict[str, Any]:
-    """Barrier-aligned all-reduces alone (no skew): the transfer cost and the fit points."""
-    sizes = cfg.comm_sizes or (max(4, grad_bytes // 8 // 4 * 4), grad_bytes)
-    out = []
-    for nbytes in sizes:
-        x = torch.ones(nbytes // 4, device=device)
-        dist.all_reduce(x)
-        times = []
-        for _ in range(cfg.comm_reps):
-            dist.barrier()
-            _sync(device)
-            t0 = time.perf_counter()
-            dist.all_reduce(x)
-            _sync(device)
-            times.append(time.perf_counter() - t0)
-        t = torch.tensor([statistics.median(times)], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's median
-        out.append({"bytes": nbytes, "seconds": float(t.item())})
-    return {"sizes": out}
+    """The interconnect baseline: ``dist.all_reduce`` alone at the gradient size and 1/8 of it
+    (two points for the cost model's alpha and beta), timed by the collectives package's bus
+    bandwidth benchmark (nccl-tests conventions: ranks lined up, back-to-back calls, the
+    slowest rank's time, median of rounds)."""
+    sizes = cfg.comm_sizes or (max(4, grad_bytes // 8 // 4 * 4), max(4, grad_bytes // 4 * 4))
+    spec = BenchSpec(
+        sizes=tuple(sorted(set(sizes))),
+        impls=("all_reduce",),
+        device=device.type,
+        rounds=max(3, cfg.comm_reps),
+    )
+    measured = measure(dist.get_rank(), dist.get_world_size(), spec)
+    box = [
+        None
+        if measured is None
+        else [{"bytes": m.nbytes, "seconds": m.time_s, "correct": m.correct} for m in measured]
+    ]
+    dist.broadcast_object_list(box, src=0)  # every rank returns rank 0's table
+    return {"method": "reference_impls.collectives.busbw.measure", "sizes": box[0]}
