@@ -257,7 +257,11 @@ class StepProfiler:
         exposed = overlapped = 0.0
         if step.comm and backward is not None:
             with self._lock:
-                comm = [(sec(origin, a), sec(origin, b)) for a, b in step.comm if b is not None]
+                done = [(a, b) for a, b in step.comm if b is not None]
+            for _, b in done:  # CUDA: recorded on the hook's stream, not the step's
+                if not self.clock.ready(b):
+                    self.clock.wait(b)
+            comm = [(sec(origin, a), sec(origin, b)) for a, b in done]
             if comm:
                 # DDP: the last bucket is ready when backward's compute ends; after that point
                 # the phase only waits for all-reduces (exposed), before it they hide behind
