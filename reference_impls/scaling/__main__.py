@@ -1,4 +1,4 @@
-"""``python -m reference_impls.scaling``: investigate, project, transport, ddp.
+"""Why N GPUs do not give N times the speed: investigate, project, transport, ddp.
 
     python -m reference_impls.scaling investigate --world-sizes 1,2 --out DIR [--device cpu]
     python -m reference_impls.scaling project --fixed-ms 100 --per-sample-us 6250 \\
