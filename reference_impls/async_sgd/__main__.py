@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from reference_impls.async_sgd.policies import Bound, PolicyError, make_policy
+from reference_impls.async_sgd.policies import Bound, PolicyError, StalenessPolicy, make_policy
 from reference_impls.async_sgd.problem import ProblemConfig
 
 
@@ -72,7 +72,7 @@ def _add_problem(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
 
 
-def _policy(args: argparse.Namespace):
+def _policy(args: argparse.Namespace) -> StalenessPolicy:
     return make_policy(
         args.policy,
         bound=args.bound,
@@ -187,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from reference_impls.async_sgd.distributed import TrainConfig, run_rank
+    from reference_impls.async_sgd.distributed import ServerReport, TrainConfig, run_rank
 
     out = args.out or _default_out("train")
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -226,6 +226,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         report = launch(
             run_rank, config, config=LaunchConfig(world_size=world, timeout_s=args.max_time + 60)
         )[0]
+    assert isinstance(report, ServerReport)  # rank 0 serves
     print(
         f"async SGD ({world - 1} workers, policy {args.policy}, bound {args.bound}): "
         f"version {report.version} in {report.wall_s:.1f} s, final loss {report.final_loss:.4f}, "
@@ -257,14 +258,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     runs = [
         (
             out,
-            dict(
-                stragglers=args.stragglers,
-                slowdown=args.slowdown,
-                stall_every_ms=args.stall_every_ms,
-                stall_ms=args.stall_ms,
-                dies=args.dies,
-                dies_at_ms=args.dies_at_ms,
-            ),
+            {
+                "stragglers": args.stragglers,
+                "slowdown": args.slowdown,
+                "stall_every_ms": args.stall_every_ms,
+                "stall_ms": args.stall_ms,
+                "dies": args.dies,
+                "dies_at_ms": args.dies_at_ms,
+            },
         )
     ]
     if args.control:

@@ -115,7 +115,7 @@ def detrend(v: np.ndarray, degree: int = 2) -> np.ndarray:
     k = np.linspace(-1.0, 1.0, len(v))
     basis = np.vander(k, degree + 1)  # (n, degree + 1)
     coef, *_ = np.linalg.lstsq(basis, v, rcond=None)
-    return v - basis @ coef
+    return np.asarray(v - basis @ coef)
 
 
 def correlation(
@@ -215,7 +215,7 @@ def _plot(run_dir: Path, records: Sequence[UpdateRecord], ws: WindowStats, unit:
     workers = sorted({r.worker for r in applied})
     fig, ax = plt.subplots(figsize=(7, 4))
     top = max(r.staleness for r in applied)
-    bins = np.arange(top + 2) - 0.5
+    bins = [b - 0.5 for b in range(top + 2)]
     for w in workers:
         ax.hist(
             [r.staleness for r in applied if r.worker == w],
@@ -238,7 +238,11 @@ def _plot(run_dir: Path, records: Sequence[UpdateRecord], ws: WindowStats, unit:
     scale = 1000.0 if unit == "simulated ms" else 1.0
     t = [r.time_s * scale for r in applied]
     use_server = all(r.server_loss is not None for r in applied)
-    ax.plot(t, [r.server_loss if use_server else r.loss for r in applied], lw=1, color="C0")
+    losses = [
+        float(r.server_loss) if use_server and r.server_loss is not None else r.loss
+        for r in applied
+    ]
+    ax.plot(t, losses, lw=1, color="C0")
     threshold = float(np.quantile(ws.mean_staleness, 0.75))
     for m, a, b in zip(ws.mean_staleness, ws.t_start, ws.t_end, strict=True):
         if m > threshold:

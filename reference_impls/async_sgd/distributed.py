@@ -63,11 +63,13 @@ _HB_KEY = "async_sgd/heartbeat/"
 
 
 def _f2i(x: float) -> int:
-    return struct.unpack("<q", struct.pack("<d", x))[0]
+    value: int = struct.unpack("<q", struct.pack("<d", x))[0]  # the float's bits, for an int64
+    return value
 
 
 def _i2f(x: int) -> float:
-    return struct.unpack("<d", struct.pack("<q", x))[0]
+    value: float = struct.unpack("<d", struct.pack("<q", x))[0]
+    return value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -220,7 +222,11 @@ def _work(rank: int, world: int, config: TrainConfig) -> WorkerReport:
 
 
 # -- server ------------------------------------------------------------------------------
-def _receive(q: queue.Queue, max_numel: int, workers: int) -> None:
+def _receive(
+    q: queue.Queue[tuple[int, torch.Tensor, torch.Tensor | None, str | None]],
+    max_numel: int,
+    workers: int,
+) -> None:
     """Receiver thread: headers from any source, in arrival order, each push's gradient read
     from its sender right after its header. Ends after every worker said BYE."""
     byes = 0
@@ -254,7 +260,7 @@ def _serve(world: int, config: TrainConfig) -> ServerReport:
         server.load(config.resume)
     start_version = server.version
     store = dist.distributed_c10d._get_default_store()
-    q: queue.Queue = queue.Queue()
+    q: queue.Queue[tuple[int, torch.Tensor, torch.Tensor | None, str | None]] = queue.Queue()
     threading.Thread(
         target=_receive, args=(q, 4 * problem.numel + 1024, len(workers)), daemon=True
     ).start()

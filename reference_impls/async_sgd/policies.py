@@ -11,7 +11,8 @@ a step grows with ``s`` and with the step size, so a policy decides, per update:
     (updates it has pushed) is more than ``s_max`` ahead of the slowest live worker's blocks
     before its next step, until the slowest catches up. It bounds the *clock spread*, not
     ``s`` itself: with N workers each other worker can push at most ``2 s_max + 1`` updates
-    while one worker computes, so ``s <= (N - 1)(2 s_max + 1)`` (:meth:`StalenessPolicy.max_staleness`).
+    while one worker computes, so ``s <= (N - 1)(2 s_max + 1)``
+    (:meth:`StalenessPolicy.max_staleness`).
   - :attr:`Bound.REJECT`: the server refuses an update with ``s > s_max``; nothing is applied
     and the worker recomputes on the fresh parameters it gets back. Bounds ``s <= s_max``
     exactly, at the cost of wasted gradients.
@@ -41,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import numbers
 from collections.abc import Callable, Mapping
 
 __all__ = [
@@ -164,12 +166,12 @@ class StalenessPolicy:
         if s < 0:
             raise PolicyError(f"staleness must be >= 0, got {s}: a worker pulled a future version")
         value = self.lr_factor(s)
-        try:
-            f = float(value)
-        except (TypeError, ValueError):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise PolicyError(
-                f"lr policy {self.lr_name!r} returned {value!r} at s={s}, not a number"
-            ) from None
+                f"lr policy {self.lr_name!r} returned {value!r} at s={s}, not a real number "
+                "(nothing was applied)"
+            )
+        f = float(value)
         if not math.isfinite(f) or f < 0:
             raise PolicyError(
                 f"lr policy {self.lr_name!r} returned {value!r} at s={s}: the factor must be a "

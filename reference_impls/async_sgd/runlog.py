@@ -65,4 +65,5 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / SUMMARY_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no {SUMMARY_NAME}")
-    return json.loads(path.read_text())
+    summary: dict[str, Any] = json.loads(path.read_text())
+    return summary

@@ -1,4 +1,4 @@
-"""The parameter server's logic, free of any transport: what the simulator and the real server share.
+"""The parameter server's logic without a transport: what the simulator and the real server share.
 
 :class:`ParameterServer` holds the flat parameters, the version counter (updates applied so
 far), each worker's clock (pushes processed) and the momentum buffer. A push carries the
@@ -266,7 +266,17 @@ class ParameterServer:
         )
 
     def _record(
-        self, worker, seq, version_pulled, s, factor, mu, loss, time_s, status, detail: str = ""
+        self,
+        worker: int,
+        seq: int,
+        version_pulled: int,
+        s: int,
+        factor: float,
+        mu: float,
+        loss: float,
+        time_s: float,
+        status: UpdateStatus,
+        detail: str = "",
     ) -> UpdateRecord:
         rec = UpdateRecord(
             worker=worker,

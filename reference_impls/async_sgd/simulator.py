@@ -241,7 +241,7 @@ def _simulate(config: SimConfig, problem: Problem | None) -> SimResult:
     while events and server.version < config.updates and server.alive:
         now, _, _, kind, w = heapq.heappop(events)
         if kind == "dead":
-            server.mark_dead(w, now, "no heartbeat (simulated death)")
+            server.mark_dead(w, now / 1000.0, "no heartbeat (simulated death)")
             blocked.discard(w)
             release_blocked(now)
             continue
