@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -145,7 +146,9 @@ class ServerReport:
     deaths: list[dict[str, Any]]
     wall_s: float
     final_loss: float
-    params: torch.Tensor
+    params: np.ndarray
+    """Final parameters (a NumPy array: a torch tensor sent through a multiprocessing pipe
+    travels as a shared-memory handle that dies with the sending process)."""
     checkpoint: str | None
     stop_reason: str
     error: str | None = None
@@ -407,7 +410,7 @@ def _serve(world: int, config: TrainConfig) -> ServerReport:
         deaths=[dataclasses.asdict(d) for d in server.deaths],
         wall_s=wall,
         final_loss=final_loss,
-        params=server.params.clone(),
+        params=server.params.numpy().copy(),
         checkpoint=str(ckpt) if ckpt else None,
         stop_reason=stop_reason,
         error=error,
