@@ -105,6 +105,8 @@ class TrainConfig:
     """Full-data loss after every n-th applied update (0: never)."""
     progress_every: int = 0
     """Print a progress line every n applied updates (0: quiet)."""
+    target_loss: float | None = None
+    """Stop once an evaluated full-data loss is at or below this (needs ``eval_every``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
@@ -120,6 +122,8 @@ class TrainConfig:
             )
         if self.checkpoint_every < 0 or self.eval_every < 0 or self.progress_every < 0:
             raise ValueError("checkpoint_every, eval_every and progress_every must be >= 0")
+        if self.target_loss is not None and not self.eval_every:
+            raise ValueError("target_loss needs eval_every >= 1 (the loss must be evaluated)")
         if (self.checkpoint_every or self.resume) and not self.out_dir:
             raise ValueError("checkpoints need out_dir (where checkpoint.pt is written)")
 
@@ -152,6 +156,8 @@ class ServerReport:
     checkpoint: str | None
     stop_reason: str
     error: str | None = None
+    time_to_target_s: float | None = None
+    """Seconds from the server's start until the target loss was reached (None: not reached)."""
 
 
 def run_rank(rank: int, world_size: int, config: TrainConfig) -> ServerReport | WorkerReport:
@@ -276,6 +282,7 @@ def _serve(world: int, config: TrainConfig) -> ServerReport:
     stopping = server.version >= config.updates
     stop_reason = "reached the number of updates" if stopping else ""
     error: str | None = None
+    time_to_target: float | None = None
     next_hb_check = 0.0
 
     def now_s() -> float:
@@ -363,7 +370,15 @@ def _serve(world: int, config: TrainConfig) -> ServerReport:
                     if rec.status is UpdateStatus.APPLIED:
                         v = server.version
                         if config.eval_every and v % config.eval_every == 0:
-                            server.set_server_loss(problem.full_loss(server.params))
+                            full = problem.full_loss(server.params)
+                            server.set_server_loss(full)
+                            if (
+                                config.target_loss is not None
+                                and full <= config.target_loss
+                                and time_to_target is None
+                            ):
+                                time_to_target = now_s()
+                                stopping, stop_reason = True, "reached the target loss"
                         if ckpt and config.checkpoint_every and v % config.checkpoint_every == 0:
                             server.save(ckpt)
                         if config.progress_every and v % config.progress_every == 0:
@@ -414,6 +429,7 @@ def _serve(world: int, config: TrainConfig) -> ServerReport:
         checkpoint=str(ckpt) if ckpt else None,
         stop_reason=stop_reason,
         error=error,
+        time_to_target_s=time_to_target,
     )
     if out:
         write_run(

@@ -57,14 +57,14 @@ def tolerance(problem) -> float:
 
 
 POLICIES = {
-    "inverse": dict(lr="inverse"),
-    "alpha-over-s": dict(lr="alpha-over-s", alpha=2.0),
-    "constant": dict(lr="constant"),
-    "inverse+ssp": dict(lr="inverse", bound="ssp", s_max=2),
-    "inverse+reject": dict(lr="inverse", bound="reject", s_max=4),
-    "constant+ssp": dict(lr="constant", bound="ssp", s_max=1),
-    "constant+reject": dict(lr="constant", bound="reject", s_max=3),
-    "momentum-corrected": dict(lr="inverse", momentum=0.9, momentum_correction=True),
+    "inverse": {"lr": "inverse"},
+    "alpha-over-s": {"lr": "alpha-over-s", "alpha": 2.0},
+    "constant": {"lr": "constant"},
+    "inverse+ssp": {"lr": "inverse", "bound": "ssp", "s_max": 2},
+    "inverse+reject": {"lr": "inverse", "bound": "reject", "s_max": 4},
+    "constant+ssp": {"lr": "constant", "bound": "ssp", "s_max": 1},
+    "constant+reject": {"lr": "constant", "bound": "reject", "s_max": 3},
+    "momentum-corrected": {"lr": "inverse", "momentum": 0.9, "momentum_correction": True},
 }
 
 
