@@ -182,6 +182,12 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="async vs DDP on gloo (see docs/benchmarks/async_sgd.md)")
     b.add_argument("--workers", type=_positive_int, default=4)
     b.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
+    b.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=3,
+        help="time-to-target runs per mode (medians reported; default 3)",
+    )
     b.add_argument("--json", default=None, help="also write the results here")
     return p
 
@@ -338,7 +344,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from reference_impls.async_sgd.bench import run_all
 
-    results = run_all(workers=args.workers, seconds=args.seconds)
+    results = run_all(workers=args.workers, seconds=args.seconds, repeat=args.repeat)
     text = json.dumps(results, indent=2)
     print(text)
     if args.json:

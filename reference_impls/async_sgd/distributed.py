@@ -90,7 +90,9 @@ class TrainConfig:
     resume: str | None = None
     """Server checkpoint to resume from."""
     stragglers: tuple[int, ...] = ()
-    """Worker ranks that sleep ``(slowdown - 1) x`` their compute time after each gradient."""
+    """Worker ranks made ``slowdown`` times slower: after each gradient they sleep
+    ``(slowdown - 1) x`` their own previous iteration (pull + compute + push, without the
+    sleep), so their whole iteration takes ``slowdown`` times as long."""
     slowdown: float = 3.0
     kill: tuple[int, int] | None = None
     """(rank, seq): that worker SIGKILLs itself instead of sending push ``seq``."""
@@ -180,6 +182,7 @@ def _heartbeat(store: Any, key: str, every: float, stop: threading.Event) -> Non
 
 def _work(rank: int, world: int, config: TrainConfig) -> WorkerReport:
     problem = Problem(config.problem)
+    dist.barrier()  # the server's clock starts when every rank has built its data and model
     store = dist.distributed_c10d._get_default_store()  # the rendezvous store every rank has
     stop = threading.Event()
     hb = threading.Thread(
@@ -194,6 +197,9 @@ def _work(rank: int, world: int, config: TrainConfig) -> WorkerReport:
         header[:] = torch.tensor([PULL, -1, 0, 0, 0, 0, 0, 0])
         dist.send(header, 0, tag=TAG_HEADER)
         seq = 0
+        t_prev: float | None = None
+        iteration: float | None = None
+        slept = 0.0
         while True:
             dist.recv(reply, 0, tag=TAG_REPLY)
             stop_flag, version, clock, last_status, expected = (int(v) for v in reply[:5])
@@ -209,11 +215,15 @@ def _work(rank: int, world: int, config: TrainConfig) -> WorkerReport:
                 break
             dist.recv(params, 0, tag=TAG_PARAMS)
             t0 = time.perf_counter()
+            if t_prev is not None:
+                iteration = t0 - t_prev - slept  # pull + compute + push, without the sleep
+            t_prev, slept = t0, 0.0
             grad, loss = problem.gradient(params, problem.batch_indices(rank - 1, world - 1, clock))
             spent = time.perf_counter() - t0
             if rank in config.stragglers:
-                time.sleep((config.slowdown - 1.0) * spent)
-            report.compute_s += time.perf_counter() - t0
+                slept = (config.slowdown - 1.0) * (iteration if iteration is not None else spent)
+                time.sleep(slept)
+            report.compute_s += spent
             if config.kill == (rank, seq):
                 os.kill(os.getpid(), signal.SIGKILL)
             if config.bad_push == (rank, seq):
@@ -257,8 +267,9 @@ def _receive(
 
 
 def _serve(world: int, config: TrainConfig) -> ServerReport:
-    t_start = time.monotonic()
     problem = Problem(config.problem)
+    dist.barrier()
+    t_start = time.monotonic()
     workers = list(range(1, world))
     server = ParameterServer(
         problem.init_params, lr=config.lr, policy=config.policy, workers=workers
