@@ -19,7 +19,6 @@ import dataclasses
 import heapq
 import math
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -269,8 +268,3 @@ def _simulate(config: SimConfig, problem: Problem | None) -> SimResult:
         wall_s=time.perf_counter() - t_wall,
         pulls=pulls,
     )
-
-
-def lockstep_speeds(workers: int, mean_ms: float = 10.0) -> Sequence[WorkerSpeed]:
-    """Identical, jitter-free workers (every step takes exactly ``mean_ms``)."""
-    return (WorkerSpeed(mean_ms=mean_ms, jitter=0.0),) * workers

@@ -133,3 +133,25 @@ def test_one_worker_equals_sgd_and_resume_continues_parameters_and_versions(tmp_
     saved = torch.load(b.checkpoint, weights_only=True)
     assert (saved["version"], saved["clocks"]) == (40, {1: 40})
     assert json.loads((tmp_path / "b" / "run.json").read_text())["start_version"] == 20
+
+
+def test_ssp_keeps_fast_workers_within_s_max_of_a_straggler(tmp_path):
+    # Worker 3 is 3x slower; without the gate the fast ones would push ~3x as often.
+    config = TrainConfig(
+        policy=make_policy("inverse", bound="ssp", s_max=1),
+        problem=PROBLEM,
+        lr=0.2,
+        updates=30,
+        out_dir=str(tmp_path),
+        stragglers=(3,),
+        slowdown=3.0,
+    )
+    results = launch(run_rank, config, config=LaunchConfig(world_size=4, timeout_s=120))
+    server = results[0]
+    assert server.version == 30 and not server.deaths
+    pushes = {rank: results[rank].pushes for rank in (1, 2, 3)}
+    # a worker may start a step while at most s_max = 1 clocks ahead, so it ends at most
+    # s_max + 1 pushes ahead of the slowest
+    assert max(pushes.values()) - min(pushes.values()) <= 2, pushes
+    bound = make_policy(bound="ssp", s_max=1).max_staleness(workers=3)
+    assert max(r.staleness for r in read_log(tmp_path)) <= bound
