@@ -19,7 +19,8 @@ The server receives headers from *any* source (``dist.recv(src=None)``) in a rec
 so pushes are applied in the order they arrive; the main thread applies them, answers, keeps
 the SSP gate, watches heartbeats and writes checkpoints. (gloo's ``Work.is_completed()`` stays
 False until ``wait()`` is called and ``wait(timeout)`` breaks the connection on timeout, so
-polling pending receives does not work on gloo; a blocking any-source receive in a thread does.)
+polling pending receives does not work on gloo; a blocking any-source receive in a thread does:
+docs/platform.md, "torch.distributed on CPU (gloo)".)
 
 Liveness: each worker's heartbeat thread increments a counter in the rendezvous store every
 ``heartbeat_s``; a worker whose counter has not moved for ``dead_after_s`` is declared dead,
