@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from harness import assert_equal
 from reference_impls.async_sgd import Problem, ProblemConfig, UpdateStatus, make_policy
 from reference_impls.async_sgd.distributed import ServerReport, TrainConfig, run_rank
 from reference_impls.async_sgd.runlog import read_log, read_summary
@@ -113,7 +114,7 @@ def test_one_worker_equals_sgd_and_resume_continues_parameters_and_versions(tmp_
     a = launch(run_rank, first, config=LaunchConfig(world_size=2, timeout_s=120))[0]
     # s = 0 throughout, so the server's update is torch.optim.SGD's, bit for bit
     assert {r.staleness for r in read_log(tmp_path / "a")} == {0}
-    assert torch.equal(torch.from_numpy(a.params), sgd_reference(20, 0.1, 0.9))
+    assert_equal(torch.from_numpy(a.params), sgd_reference(20, 0.1, 0.9), bitwise=True)
 
     second = TrainConfig(
         policy=policy,
@@ -129,7 +130,7 @@ def test_one_worker_equals_sgd_and_resume_continues_parameters_and_versions(tmp_
     assert [r.version for r in log if r.status is UpdateStatus.APPLIED] == list(range(21, 41))
     # parameters, momentum buffer and the worker's data position all survived the restart:
     # 20 + 20 equals 40 uninterrupted steps exactly
-    assert torch.equal(torch.from_numpy(b.params), sgd_reference(40, 0.1, 0.9))
+    assert_equal(torch.from_numpy(b.params), sgd_reference(40, 0.1, 0.9), bitwise=True)
     saved = torch.load(b.checkpoint, weights_only=True)
     assert (saved["version"], saved["clocks"]) == (40, {1: 40})
     assert json.loads((tmp_path / "b" / "run.json").read_text())["start_version"] == 20

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from harness import assert_equal
 from reference_impls.async_sgd import (
     ParameterServer,
     Problem,
@@ -46,7 +47,7 @@ def test_one_worker_has_staleness_zero_and_equals_torch_sgd_bit_for_bit(lr_polic
     )
     result = simulate(config, problem)
     assert {r.staleness for r in result.log} == {0}
-    assert torch.equal(result.params, sgd_reference(problem, 30, 0.2, momentum))
+    assert_equal(result.params, sgd_reference(problem, 30, 0.2, momentum), bitwise=True)
 
 
 def test_the_reference_comparison_can_fail():
@@ -55,7 +56,8 @@ def test_the_reference_comparison_can_fail():
     config = SimConfig(
         policy=make_policy(), problem=SMALL, speeds=(WorkerSpeed(),), updates=29, lr=0.2
     )
-    assert not torch.equal(simulate(config, problem).params, sgd_reference(problem, 30, 0.2, 0))
+    with pytest.raises(AssertionError, match="Mismatched elements"):
+        assert_equal(simulate(config, problem).params, sgd_reference(problem, 30, 0.2, 0))
 
 
 def test_staleness_is_version_at_apply_minus_version_pulled():
@@ -66,7 +68,7 @@ def test_staleness_is_version_at_apply_minus_version_pulled():
     rec = server.push(1, torch.ones(3), v0, seq=0, loss=0.0, time_s=0.0)
     assert (rec.staleness, rec.lr_factor, rec.version) == (2, 1 / 3, 3)
     # params: -1 - 1 - 1/3 in each element (lr 1, factors 1, 1, 1/3)
-    assert torch.equal(server.params, torch.full((3,), -1.0 - 1.0 - 1.0 / 3.0))
+    assert_equal(server.params, torch.full((3,), -1.0 - 1.0 - 1.0 / 3.0), bitwise=True)
 
 
 @pytest.mark.parametrize(
@@ -86,7 +88,7 @@ def test_a_bad_push_raises_and_changes_nothing(grad, version, worker, match):
     server = ParameterServer(torch.zeros(3), lr=1.0, policy=make_policy(), workers=[0])
     with pytest.raises(PushError, match=match):
         server.push(worker, grad, version, seq=0, loss=0.0, time_s=0.0)
-    assert torch.equal(server.params, torch.zeros(3))
+    assert_equal(server.params, torch.zeros(3), bitwise=True)
     assert (server.version, server.clocks, server.log) == (0, {0: 0}, [])
 
 
@@ -120,14 +122,15 @@ def test_checkpoint_round_trip_keeps_params_momentum_versions_and_clocks(tmp_pat
     path = server.save(tmp_path / "ckpt.pt")
     fresh = ParameterServer(torch.zeros(3), lr=0.1, policy=policy, workers=[1, 2])
     fresh.load(path)
-    assert torch.equal(fresh.params, server.params)
+    assert_equal(fresh.params, server.params, bitwise=True)
     assert fresh.momentum_buf is not None and server.momentum_buf is not None
-    assert torch.equal(fresh.momentum_buf, server.momentum_buf)
+    assert_equal(fresh.momentum_buf, server.momentum_buf, bitwise=True)
     assert (fresh.version, fresh.clocks, fresh.last_seq) == (4, {1: 3, 2: 1}, {1: 2, 2: 0})
     # the next update is the same on both
     a = server.push(2, torch.ones(3), 4, seq=1, loss=0, time_s=0)
     b = fresh.push(2, torch.ones(3), 4, seq=1, loss=0, time_s=0)
-    assert a == b and torch.equal(fresh.params, server.params)
+    assert a == b
+    assert_equal(fresh.params, server.params, bitwise=True)
 
 
 def test_resuming_a_checkpoint_of_another_model_or_worker_set_fails_clearly(tmp_path):
@@ -144,7 +147,8 @@ def test_resuming_a_checkpoint_of_another_model_or_worker_set_fails_clearly(tmp_
     torch.save({"format": "something else"}, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match="not a parameter-server checkpoint"):
         other.load(tmp_path / "bad.pt")
-    assert other.version == 0 and torch.equal(other.params, torch.zeros(3))
+    assert other.version == 0
+    assert_equal(other.params, torch.zeros(3), bitwise=True)
 
 
 def test_a_simulated_run_replays_from_its_seed_and_another_seed_differs():
@@ -159,7 +163,8 @@ def test_a_simulated_run_replays_from_its_seed_and_another_seed_differs():
         return simulate(config)
 
     a, b, c = run(5), run(5), run(6)
-    assert a.log == b.log and torch.equal(a.params, b.params)
+    assert a.log == b.log
+    assert_equal(a.params, b.params, bitwise=True)
     assert [r.time_s for r in a.log] != [r.time_s for r in c.log]
 
 
