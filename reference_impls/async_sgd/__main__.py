@@ -95,7 +95,7 @@ def _problem(args: argparse.Namespace) -> ProblemConfig:
 
 
 def _default_out(kind: str) -> str:
-    return str(Path("runs") / "async_sgd" / f"{kind}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    return str(Path("reports") / "async_sgd" / f"{kind}-{dt.datetime.now():%Y%m%d-%H%M%S}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         help="the last K workers are --slowdown times slower (default 0)",
     )
     t.add_argument("--slowdown", type=float, default=3.0)
-    t.add_argument("--out", default=None, help="run directory (default runs/async_sgd/train-TIME)")
+    t.add_argument(
+        "--out", default=None, help="run directory (default reports/async_sgd/train-TIME)"
+    )
     t.add_argument(
         "--checkpoint-every",
         type=int,
@@ -160,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--stall-ms", type=float, default=100.0, help="length of a stall (100)")
     s.add_argument("--dies", type=int, default=None, help="worker that dies")
     s.add_argument("--dies-at-ms", type=float, default=None)
-    s.add_argument("--out", default=None, help="run directory (default runs/async_sgd/sim-TIME)")
+    s.add_argument("--out", default=None, help="run directory (default reports/async_sgd/sim-TIME)")
     s.add_argument(
         "--control",
         action="store_true",
