@@ -86,7 +86,7 @@ def ddp_rank(rank: int, world: int, spec: BenchSpec) -> dict[str, Any]:
             slept = (spec.slowdown - 1.0) * iteration
             time.sleep(slept)
             slept_total += slept
-        loss.backward()  # type: ignore[no-untyped-call]  # the all-reduce happens in here
+        loss.backward()  # the all-reduce of the gradients happens in here
         opt.step()
         steps += 1
         if steps % spec.eval_every == 0:
