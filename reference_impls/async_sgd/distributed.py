@@ -315,7 +315,7 @@ def _serve(world: int, config: TrainConfig) -> ServerReport:
             server.mark_dead(w, now_s(), f"connection lost: {str(exc)[:200]}")
 
     def answer(w: int) -> None:
-        if stopping or server.may_start(w):
+        if stopping or w not in server.alive or server.may_start(w):
             reply(w)
         else:
             blocked.add(w)
@@ -337,9 +337,20 @@ def _serve(world: int, config: TrainConfig) -> ServerReport:
                 answer(src)
             elif kind == BYE:
                 done.add(src)
-            elif kind == PUSH and src in server.alive:
+            elif kind == PUSH:
                 loss = _i2f(int(header[4]))
-                if grad is None:
+                if src not in server.alive:
+                    # declared dead (its heartbeat stalled) but still talking: log the push,
+                    # apply nothing and tell it to stop, so that it is not left waiting
+                    rec = server.reject_bad(
+                        src,
+                        seq,
+                        v_pulled,
+                        loss=loss,
+                        time_s=now_s(),
+                        detail=f"worker {src} was declared dead; its push was not applied",
+                    )
+                elif grad is None:
                     server.mark_dead(src, now_s(), f"protocol violation: {problem_text}")
                     rec = None
                 elif grad.numel() != expected:
