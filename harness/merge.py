@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import atomic
 from harness import report as _report
 
 __all__ = ["MergeResult", "ShardReport", "merge", "write"]
@@ -105,7 +105,12 @@ def _read(folder: Path) -> ShardReport:
                 f"{folder}: {shard.label} recorded no collection (pytest stopped before collecting)"
             )
         status = shard.report.get("exit_status")
-        if status not in _RAN_TO_THE_END:
+        if _report.run_status(shard.report) is _report.RunStatus.ABORTED:
+            shard.problems.append(
+                f"{folder}: the shard's run was aborted"
+                + (f" ({shard.report['reason']})" if shard.report.get("reason") else "")
+            )
+        elif status not in _RAN_TO_THE_END:
             shard.problems.append(
                 f"{folder}: {shard.label} did not run to the end (pytest exit status {status})"
             )
@@ -284,7 +289,5 @@ def write(result: MergeResult, out: Path) -> list[Path]:
         out / "summary.md": result.markdown.rstrip("\n") + "\n",
     }
     for path, text in files.items():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_text(path, text)
     return list(files)

@@ -38,6 +38,7 @@ from typing import Any
 
 import tomlkit
 
+from harness import atomic
 from harness import selection as _selection
 
 __all__ = [
@@ -350,7 +351,5 @@ def write_reports(out: Path, results: Sequence[ModuleResult], errors: dict[str, 
         out / "mutation.md": render_markdown(results, errors) + "\n",
     }
     for target, text in files.items():
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, target)
+        atomic.write_text(target, text)
     return list(files)

@@ -21,11 +21,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from harness import atomic
 
 __all__ = [
     "ALGORITHM",
@@ -124,8 +125,5 @@ def annotate_report(report_path: Path, shard: Shard, collection_path: Path) -> d
         "collected": collected,
         "digest": collection_digest(collected) if collected is not None else None,
     }
-    # Written beside and renamed over, so an interrupted write never leaves half a report.
-    tmp = report_path.with_name(report_path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    os.replace(tmp, report_path)
+    atomic.write_text(report_path, json.dumps(report, indent=2, default=str) + "\n")
     return report

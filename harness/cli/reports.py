@@ -26,9 +26,7 @@ Example (GitHub: each shard's artifact downloaded into reports/shards/<name>/):
   harness report merge reports/shards/* --expect-shards 2 --report-dir reports/merged
 """,
 )
-@click.argument(
-    "folders", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR]..."
-)
+@click.argument("folders", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR]...")
 @click.option(
     "--report-dir",
     type=click.Path(path_type=Path),
