@@ -137,8 +137,14 @@ def _module_name(path: str) -> str:
     return ".".join(PurePosixPath(path).with_suffix("").parts).removesuffix(".__init__")
 
 
-def covering_tests(root: Path, path: str) -> list[str]:
-    """The test files that import ``path``'s module, directly or through other modules."""
+DEFAULT_TIERS = ("unit", "property")
+"""The tiers whose tests run against each mutant by default: every mutant reruns the tests
+that execute the mutated function, so the fast tiers are where mutants should die."""
+
+
+def covering_tests(root: Path, path: str, tiers: Sequence[str] = DEFAULT_TIERS) -> list[str]:
+    """The test files of ``tiers`` (folders under ``suites/``; empty: all) that import
+    ``path``'s module, directly or through other modules."""
     graph = _selection.ImportGraph(root)
     module = _module_name(path)
     if module not in graph.files:
@@ -147,7 +153,9 @@ def covering_tests(root: Path, path: str) -> list[str]:
     return sorted(
         graph.files[m]
         for m in reached
-        if m in graph.files and _selection._is_test_file(graph.files[m])
+        if m in graph.files
+        and _selection._is_test_file(graph.files[m])
+        and (not tiers or PurePosixPath(graph.files[m]).parts[1] in tiers)
     )
 
 
@@ -229,6 +237,7 @@ def run_module(
     work: Path,
     *,
     jobs: int = 2,
+    tiers: Sequence[str] = DEFAULT_TIERS,
     timeout_s: float = 3600,
     progress: Callable[[str], None] | None = None,
 ) -> ModuleResult:
@@ -238,7 +247,7 @@ def run_module(
         raise MutationError(f"{path}: no such Python file under {root}; give a module's path")
     if posix.parts[0] in ("suites",):
         raise MutationError(f"{path}: a test file; give the module it tests")
-    tests = covering_tests(root, str(posix))
+    tests = covering_tests(root, str(posix), tiers)
     if not tests:
         raise MutationError(
             f"{path}: no test file imports it, so every mutant would survive; "

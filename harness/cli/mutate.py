@@ -45,6 +45,14 @@ Examples:
     "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="mutmut's workers."
 )
 @click.option(
+    "--tier",
+    "tiers",
+    metavar="TIER[,TIER]",
+    default=",".join(_mutation.DEFAULT_TIERS),
+    show_default=True,
+    help="Only test files of these tiers run against the mutants ('' for every tier).",
+)
+@click.option(
     "--min-score",
     type=click.FloatRange(0, 100),
     default=None,
@@ -56,6 +64,7 @@ def mutate_command(
     report_dir: Path,
     work_dir: Path | None,
     jobs: int,
+    tiers: str,
     min_score: float | None,
 ) -> None:
     """Mutation-test each PATH (a module of this project) against the test files that import
@@ -65,13 +74,15 @@ def mutate_command(
     REPORT_DIR/mutation.json (kept per run, to track scores over time). See docs/harness.md.
     """
     root = Path.cwd()
+    tier_names = [t.strip() for t in tiers.split(",") if t.strip()]
     targets = list(paths) or list(_mutation.CORE_MODULES)
     if paths:
         for path in paths:  # bad input fails before any slow work starts
             try:
-                if not _mutation.covering_tests(root, Path(path).as_posix()):
+                if not _mutation.covering_tests(root, Path(path).as_posix(), tier_names):
                     raise _mutation.MutationError(
-                        f"{path}: no test file imports it; write a test that imports it first"
+                        f"{path}: no test file of the tiers {tiers or 'any'} imports it; "
+                        "write a test that imports it first"
                     )
             except _mutation.MutationError as exc:
                 raise UsageProblem(str(exc)) from None
@@ -84,7 +95,12 @@ def mutate_command(
             work = scratch / Path(path).as_posix().replace("/", "__")
             try:
                 result = _mutation.run_module(
-                    root, Path(path).as_posix(), work, jobs=jobs, progress=console.print
+                    root,
+                    Path(path).as_posix(),
+                    work,
+                    jobs=jobs,
+                    tiers=tier_names,
+                    progress=console.print,
                 )
             except (_mutation.MutationError, OSError) as exc:
                 errors[path] = str(exc)

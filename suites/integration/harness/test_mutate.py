@@ -72,7 +72,10 @@ def test_a_weak_test_leaves_the_boundary_mutant_alive_and_a_boundary_test_kills_
     ("path", "message"),
     [
         ("shop/missing.py", "shop/missing.py: not a Python module of the project"),
-        ("shop/untested.py", "shop/untested.py: no test file imports it"),
+        (
+            "shop/untested.py",
+            "shop/untested.py: no test file of the tiers unit,property imports it",
+        ),
     ],
 )
 def test_a_module_that_cannot_be_mutation_tested_is_a_usage_error(project, pytester, path, message):
