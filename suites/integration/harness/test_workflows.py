@@ -31,8 +31,16 @@ WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml")
 STUBS = ROOT / ".github" / "act-stubs"
 ACTRC = ROOT / ".actrc"
 
-CI_JOBS = {"unit-property", "unit-property-merge", "integration", "distributed", "gpu", "report"}
-NIGHTLY_JOBS = {"flake-hunt", "property-nightly"}
+CI_JOBS = {
+    "unit-property",
+    "unit-property-merge",
+    "pr-fast",
+    "integration",
+    "distributed",
+    "gpu",
+    "report",
+}
+NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation"}
 
 # act copies every non-ignored file of the working tree and builds a fresh .venv in it (about
 # 40 s) per job, then runs half of the unit and property tiers in each shard job, both at once
