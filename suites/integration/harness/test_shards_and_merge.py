@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from harness.report import RunStatus, write_placeholders
+
 # 7 tests with recorded durations that only a duration-aware split balances: by count the
 # shard holding test_slow would get 4 of them and most of the time.
 DURATIONS = {
@@ -75,7 +77,7 @@ def _ran(pytester, folder):
     return report, [t["nodeid"] for t in report["tests"]]
 
 
-def test_every_test_runs_in_exactly_one_shard_and_the_merge_passes_with_the_quarantine_kept(
+def test_shards_run_every_test_once_merge_to_a_pass_and_fail_when_incomplete_or_foreign(
     work, pytester, monkeypatch
 ):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -100,6 +102,32 @@ def test_every_test_runs_in_exactly_one_shard_and_the_merge_passes_with_the_quar
     assert "merged run (2 shard(s)): ✅ passed" in summary
     assert "| unit | 7 | 0 | 0 | 1 |" in summary  # passed, failed, skipped, quarantined
     assert "test_flaky_socket` failed: ConnectionResetError: flaky socket" in summary
+
+    # The same real shards, made incomplete or foreign: each fails the merge, by name.
+    shutil.copytree(pytester.path / "shard-2", pytester.path / "crashed")
+    (pytester.path / "crashed" / "report.json").unlink()  # pytest died before writing it
+    result = _harness(pytester, "report", "merge", "shard-1", "crashed", "--report-dir", "a")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*crashed/report.json: no JSON report*", "*missing shard(s) 2/2*"])
+
+    # The same shard from a run under another seed is not part of this run.
+    shutil.copytree(pytester.path / "shard-2", pytester.path / "other-run")
+    report = json.loads((pytester.path / "other-run/report.json").read_text())
+    report["seed"] = 8
+    (pytester.path / "other-run/report.json").write_text(json.dumps(report))
+    result = _harness(pytester, "report", "merge", "shard-1", "other-run", "--report-dir", "b")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*the shards ran under different seeds (7, 8)*"])
+    # A shard interrupted by Ctrl-C leaves "aborted" placeholder reports: not a shard's part.
+    shutil.copytree(pytester.path / "shard-2", pytester.path / "aborted")
+    write_placeholders(pytester.path / "aborted", RunStatus.ABORTED, "interrupted by Ctrl-C")
+    result = _harness(pytester, "report", "merge", "shard-1", "aborted", "--report-dir", "d")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*aborted: the shard's run was aborted (interrupted by Ctrl-C)*"])
+    # A folder that does not exist is a missing shard, named.
+    result = _harness(pytester, "report", "merge", "shard-1", "shard-9", "--report-dir", "c")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*shard-9: no such folder*"])
 
 
 def test_shards_are_balanced_by_recorded_durations_not_by_count(work, pytester):
@@ -159,29 +187,6 @@ def test_a_failure_in_one_shard_fails_the_merge_and_a_missing_shard_fails_it_too
     result = _harness(pytester, "report", "merge", "shard-1", "--expect-shards", "3")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*expected 3 shards, but the shards' reports say 2*"])
-
-
-def test_an_incomplete_or_foreign_shard_fails_the_merge(work, pytester):
-    for k in (1, 2):
-        assert _run_shard(pytester, k, 2).ret == 0
-    shutil.copytree(pytester.path / "shard-2", pytester.path / "crashed")
-    (pytester.path / "crashed" / "report.json").unlink()  # pytest died before writing it
-    result = _harness(pytester, "report", "merge", "shard-1", "crashed", "--report-dir", "a")
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(["*crashed/report.json: no JSON report*", "*missing shard(s) 2/2*"])
-
-    # The same shard from a run under another seed is not part of this run.
-    shutil.copytree(pytester.path / "shard-2", pytester.path / "other-run")
-    report = json.loads((pytester.path / "other-run/report.json").read_text())
-    report["seed"] = 8
-    (pytester.path / "other-run/report.json").write_text(json.dumps(report))
-    result = _harness(pytester, "report", "merge", "shard-1", "other-run", "--report-dir", "b")
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(["*the shards ran under different seeds (7, 8)*"])
-    # A folder that does not exist is a missing shard, named.
-    result = _harness(pytester, "report", "merge", "shard-1", "shard-9", "--report-dir", "c")
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(["*shard-9: no such folder*"])
 
 
 def test_store_durations_records_every_test_that_ran(work, pytester):
