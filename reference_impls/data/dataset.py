@@ -25,7 +25,9 @@ are what :meth:`ShardedDataset.record` reads.
 its stream were recorded as consumed. After ``load_state_dict()`` the next iteration of that
 epoch yields exactly the samples not yet consumed, in the order the uninterrupted run would
 have used (the shuffle buffer is replayed on positions, without reading data; reading resumes
-at the first shard holding an unconsumed sample). Resuming needs the same seed, world size,
+at the first shard holding an unconsumed sample). A worker whose whole share was consumed
+yields nothing while another worker still has samples left; only an epoch consumed by every
+worker starts over when iterated again. Resuming needs the same seed, world size,
 rank, shuffle settings and number of DataLoader workers; anything else is an error saying
 which. Use ``persistent_workers=False`` (the default) so each epoch's workers see
 ``set_epoch`` and the loaded state.
@@ -298,9 +300,21 @@ class ShardedDataset(IterableDataset):
             consumed = self._consumed.get(worker, 0)
         segments = self.plan(worker, workers)
         length = sum(len(s) for s in segments)
-        if consumed >= length:
-            consumed = 0  # a fully consumed epoch iterated again starts over (same order)
-        return self._iterate(segments, length, consumed, worker, workers)
+        # Whether the epoch is over is a question about every worker's share, not this one's:
+        # a worker that delivered its whole share before the state was saved must yield
+        # nothing on resume while the others finish theirs (replaying its share would
+        # duplicate it). Only an epoch every worker finished starts over (same order).
+        if consumed and self._epoch_consumed(workers):
+            consumed = 0
+        return self._iterate(segments, length, min(consumed, length), worker, workers)
+
+    def _epoch_consumed(self, workers: int) -> bool:
+        """Whether every one of ``workers`` workers has consumed its whole share."""
+        for w in range(workers):
+            share = sum(len(s) for s in self.plan(w, workers))
+            if self._consumed.get(w, 0) < share:
+                return False
+        return True
 
     def _iterate(
         self, segments: list[Segment], length: int, consumed: int, worker: int, workers: int
