@@ -50,7 +50,7 @@ from .errors import ManifestMismatchError
 from .manifest import Manifest
 from .metrics import Metrics, ProgressDisplay
 from .sources import LocalSource, S3Config, open_source
-from .stream import RetryConfig, ShardFetch
+from .stream import RetryConfig, ShardFetch, call_with_retries
 from .tario import iter_samples
 
 __all__ = ["DatasetConfig", "ShardedDataset"]
@@ -154,7 +154,14 @@ class ShardedDataset(IterableDataset):
         super().__init__()
         self.config = config or DatasetConfig()
         self.source = open_source(source, self.config.s3)
-        self.manifest = manifest if manifest is not None else self.source.read_manifest()
+        if manifest is None:
+            manifest = call_with_retries(
+                self.source.read_manifest,
+                source=self.source,
+                retry=self.config.retry,
+                what=f"reading the manifest of {self.source.url}",
+            )
+        self.manifest = manifest
         if self.config.world_size is not None:
             self.rank, self.world_size = self.config.rank, self.config.world_size
         elif torch.distributed.is_available() and torch.distributed.is_initialized():
