@@ -71,7 +71,7 @@ def test_inputs_are_never_mutated_and_results_are_new_arrays():
     arrays = _arrays(np.random.default_rng(4), 3, 10, np.float64)
     copies = [a.copy() for a in arrays]
     results = simulate_ring_allreduce(arrays, "sum")
-    for a, c, r in zip(arrays, copies, results):
+    for a, c, r in zip(arrays, copies, results, strict=True):
         np.testing.assert_array_equal(a, c)
         assert not np.shares_memory(a, r)
     results[0][:] = 0  # one worker's result is its own
@@ -179,6 +179,30 @@ def test_the_correct_schedule_gives_each_worker_chunk_r_plus_1_after_the_reduce_
 def test_bad_inputs_raise_value_errors_that_name_the_problem(arrays, op, message):
     with pytest.raises(ValueError, match=message):
         simulate_ring_allreduce(arrays, op)
+
+
+def test_an_int8_sum_that_would_wrap_is_refused_naming_the_element_and_the_fix():
+    arrays = [np.array([[1, 2], [3, 100]], np.int8)] * 4  # 4 x 100 = 400 > 127
+
+    with pytest.raises(ValueError) as info:
+        simulate_ring_allreduce(arrays, "sum")
+
+    assert str(info.value) == (
+        "op='sum' over 4 workers overflows int8: element (1, 1) sums to 400, outside "
+        "[-128, 127] (1 of 4 elements overflow). The ring would give every worker a value "
+        "wrapped modulo 2**8: use a wider dtype (int16 holds these sums) or a floating-point one"
+    )
+
+
+def test_an_int8_sum_whose_partial_sums_wrap_but_whose_total_fits_is_exact():
+    # 100 + 100 wraps to -56 on its way round the ring; adding -100 twice wraps back: the
+    # result is the true sum, 0 (additions modulo 2**8 do not depend on the order).
+    arrays = [np.full(7, v, np.int8) for v in (100, 100, -100, -100)]
+    for result in simulate_ring_allreduce(arrays, "sum"):
+        np.testing.assert_array_equal(result, np.zeros(7, np.int8))
+    # max and min cannot overflow: any values pass.
+    extremes = [np.array([-128, 127], np.int8)] * 3
+    assert simulate_ring_allreduce(extremes, "max")[0].tolist() == [-128, 127]
 
 
 def test_64_workers_of_a_million_float32_stay_exact_on_integer_values():
