@@ -28,9 +28,10 @@ class ShardReadError(DataError):
 
 
 class StorageUnavailableError(DataError):
-    """The storage did not answer (endpoint unreachable, connections cut, timeouts, 5xx)
-    through the configured retries, for a request other than a shard's bytes (the manifest).
-    The message names the endpoint and the last error."""
+    """The storage did not answer (endpoint unreachable, connections cut, timeouts, 5xx):
+    reading a manifest, after the configured retries, or writing (never retried). Reading a
+    shard's bytes raises :class:`ShardReadError` instead. The message names the endpoint and
+    the last error."""
 
 
 class ShardFormatError(DataError):

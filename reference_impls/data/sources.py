@@ -29,6 +29,7 @@ from .errors import (
     ManifestMismatchError,
     ShardNotFoundError,
     ShardReadError,
+    StorageUnavailableError,
 )
 from .manifest import MANIFEST_NAME, Manifest
 
@@ -340,7 +341,11 @@ class _S3Sink:
     def write(self, data: bytes | memoryview) -> None:
         self._buf += data
         while len(self._buf) >= self._part_size:
-            self._upload_part(bytes(self._buf[: self._part_size]))
+            try:
+                self._upload_part(bytes(self._buf[: self._part_size]))
+            except Exception as exc:
+                self.abort()
+                raise self._source.translate(exc, self._key, writing=True) from exc
             del self._buf[: self._part_size]
 
     def _upload_part(self, data: bytes) -> None:
@@ -474,9 +479,17 @@ class S3Source:
         )
 
     def translate(self, exc: BaseException, key: str, *, writing: bool = False) -> BaseException:
-        """A storage error as one naming the object; transient errors are returned unchanged."""
+        """A storage error as one naming the object. Transient errors of reads are returned
+        unchanged (the caller retries them); those of writes, which nothing retries, become
+        :class:`StorageUnavailableError` naming the endpoint."""
         import botocore.exceptions as bce
 
+        if writing and is_transient(exc):
+            return StorageUnavailableError(
+                f"writing s3://{self.bucket}/{key}: the storage at {self.endpoint} failed "
+                f"({type(exc).__name__}: {exc}); writes are not retried: check that the "
+                "server is up and that S3Config.endpoint_url is right, then write again"
+            )
         if not isinstance(exc, bce.ClientError):
             return exc
         code, status = _client_error_code(exc)

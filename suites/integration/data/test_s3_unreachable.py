@@ -20,6 +20,7 @@ from reference_impls.data import (
     RetryConfig,
     S3Config,
     ShardedDataset,
+    ShardWriter,
     StorageUnavailableError,
 )
 
@@ -57,6 +58,20 @@ def test_a_closed_port_is_a_data_error_naming_the_endpoint_after_the_retries():
     )
     assert "EndpointConnectionError" in message and "RetryConfig.max_attempts (now 3)" in message
     assert elapsed >= 0.6  # both backoff delays were waited: the retries happened
+
+
+def test_writing_shards_to_a_closed_port_is_a_data_error_naming_the_endpoint():
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    writer = ShardWriter("s3://bucket/train", s3=config(endpoint).s3)
+    writer.write({"__key__": "k0", "txt": "x"})
+
+    with pytest.raises(StorageUnavailableError) as info:
+        writer.close()
+
+    assert str(info.value).startswith(
+        f"writing s3://bucket/train/shard-000000.tar: the storage at {endpoint} failed "
+        "(EndpointConnectionError"
+    )
 
 
 class ClosingListener:

@@ -145,7 +145,7 @@ def test_the_message_log_matches_the_cost_model():
     log_matches_cost_model(RING_SCHEDULE)()
 
 
-@settings(max_examples=200)
+@settings(max_examples=100)
 @given(
     n=st.integers(1, 9),
     dtype=st.sampled_from(INT_DTYPES + ("uint64",)),

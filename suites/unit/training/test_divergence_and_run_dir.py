@@ -21,13 +21,13 @@ import torch
 from reference_impls.training import (
     Callback,
     ConfigError,
+    RunDirError,
     TrainConfig,
     Trainer,
+    TrainingDivergedError,
     load_checkpoint,
     load_config,
 )
-from reference_impls.training.checkpoint import RunDirError
-from reference_impls.training.loop import TrainingDivergedError
 
 
 def small_config(seed: int, **changes) -> TrainConfig:
