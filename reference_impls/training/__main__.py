@@ -22,6 +22,9 @@ import sys
 import tomllib
 from collections.abc import Sequence
 
+import torch
+import torch.distributed
+
 from reference_impls.training.checkpoint import CheckpointError, RunDirError
 from reference_impls.training.config import ConfigError, load_config
 from reference_impls.training.distributed import DistContext, init_from_env
@@ -99,6 +102,14 @@ def _main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    if config.device == "cuda" and not torch.cuda.is_available():
+        # Before joining a process group, which would fail on it with an AssertionError.
+        print(
+            f"error: device is 'cuda' but this torch ({torch.__version__}) sees no CUDA device; "
+            "use device = 'cpu' (or --set device=cpu)",
+            file=sys.stderr,
+        )
+        return 2
     created = init_from_env(config.device)
     dist = DistContext.current()
     logging.basicConfig(
@@ -120,8 +131,6 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     finally:
         if created:
-            import torch.distributed  # noqa: PLC0415
-
             torch.distributed.destroy_process_group()
     data = {
         k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v

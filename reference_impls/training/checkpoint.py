@@ -509,6 +509,12 @@ def check_run_dir(directory: str | os.PathLike) -> None:
     rather than asking ``os.access``: root passes every permission check that a read-only
     mount, an immutable directory or a full disk still refuses.
     """
+    if not os.fspath(directory).strip():
+        # Path("") is ".": the run's files would land in whatever the working directory is.
+        raise RunDirError(
+            'run directory is an empty string: give a path ("." for the working directory)',
+            path=None,
+        )
     path = Path(directory)
     existing = path
     while not existing.exists() and existing != existing.parent:

@@ -61,7 +61,7 @@ from reference_impls.training.checkpoint import (
     config_differences,
     load_checkpoint,
 )
-from reference_impls.training.config import TrainConfig
+from reference_impls.training.config import ConfigError, TrainConfig
 from reference_impls.training.data import BatchOrder, derive_seed, make_datasets
 from reference_impls.training.distributed import DistContext
 from reference_impls.training.early_stopping import EarlyStopping
@@ -231,6 +231,7 @@ class Trainer:
         dist: DistContext | None = None,
     ) -> None:
         self.config = config
+        self._run_dir_given = os.fspath(run_dir)
         self.run_dir = Path(run_dir)
         self.validate_fn = validate_fn
         self.callbacks = list(callbacks)
@@ -259,6 +260,11 @@ class Trainer:
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)  # run() puts the caller's value back
         if cfg.device == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError(
+                    f"device is 'cuda' but this torch ({torch.__version__}) sees no CUDA "
+                    "device; use device = 'cpu' (or --set device=cpu)"
+                )
             self.device = torch.device("cuda", self.dist.local_rank)
         else:
             self.device = torch.device("cpu")
@@ -482,7 +488,7 @@ class Trainer:
         problem = None
         if self.dist.is_main:
             try:
-                check_run_dir(self.run_dir)
+                check_run_dir(self._run_dir_given)
             except CheckpointError as exc:
                 problem = exc
         text = self.dist.broadcast_object(None if problem is None else str(problem))

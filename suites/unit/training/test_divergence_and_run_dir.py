@@ -252,3 +252,18 @@ def test_a_read_only_run_directory_is_refused_before_the_set_up(read_only_dir, s
     assert not hasattr(trainer, "model")
     with pytest.raises(RunDirError, match=f"cannot create run directory {read_only_dir / 'x'}"):
         Trainer(small_config(seed), read_only_dir / "x").run()
+
+
+def test_an_empty_run_directory_is_refused_not_taken_as_the_working_directory(
+    tmp_path, seed, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunDirError, match="run directory is an empty string"):
+        Trainer(small_config(seed), "").run()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_cuda_is_a_config_error_saying_what_to_use(tmp_path, seed):
+    with pytest.raises(ConfigError, match="device is 'cuda' but this torch .* sees no CUDA"):
+        Trainer(small_config(seed, device="cuda"), tmp_path / "run").run()
