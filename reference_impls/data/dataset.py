@@ -49,7 +49,7 @@ from .cache import ShardCache
 from .errors import ManifestMismatchError
 from .manifest import Manifest
 from .metrics import Metrics, ProgressDisplay
-from .sources import LocalSource, S3Config, open_source
+from .sources import LocalSource, S3Config, open_source, require_finite_fields
 from .stream import RetryConfig, ShardFetch, call_with_retries
 from .tario import iter_samples
 
@@ -103,6 +103,7 @@ class DatasetConfig:
     progress_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
+        require_finite_fields(self)
         if self.shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.uneven not in UNEVEN_POLICIES:

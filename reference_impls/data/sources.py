@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.client
+import math
 import mmap
 import os
 import tempfile
@@ -190,6 +191,20 @@ class LocalSource:
         self.__init__(state["root"])  # type: ignore[misc]
 
 
+def require_finite_fields(config: Any) -> None:
+    """Raise ValueError for a float field of the dataclass ``config`` that is NaN or infinite.
+
+    Range checks cannot do it: NaN fails every comparison (``nan <= 0`` is False, so a NaN
+    timeout passed "> 0"), and an infinite backoff or timeout waits for ever.
+    """
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"{type(config).__name__}.{field.name} must be a finite number, got {value}"
+            )
+
+
 # --------------------------------------------------------------------------- S3
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class S3Config:
@@ -212,6 +227,7 @@ class S3Config:
     """Writer: upload parts of this size (S3 needs >= 5 MiB for every part but the last)."""
 
     def __post_init__(self) -> None:
+        require_finite_fields(self)
         if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise ValueError(
                 "connect_timeout_s and read_timeout_s must be > 0, got "

@@ -37,7 +37,7 @@ from .cache import CachedShard, CacheWriter, ShardCache
 from .errors import DataError, ManifestMismatchError, ShardReadError, StorageUnavailableError
 from .manifest import ShardInfo
 from .metrics import Metrics
-from .sources import LocalSource, Source, is_transient
+from .sources import LocalSource, Source, is_transient, require_finite_fields
 
 __all__ = ["RetryConfig", "ShardFetch", "call_with_retries"]
 
@@ -59,6 +59,7 @@ class RetryConfig:
     failed together do not retry in lock step."""
 
     def __post_init__(self) -> None:
+        require_finite_fields(self)
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
