@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import torch
@@ -163,7 +163,10 @@ class ShardedDataset(IterableDataset):
                 what=f"reading the manifest of {self.source.url}",
             )
         self.manifest = manifest
+        self.rank: int
+        self.world_size: int
         if self.config.world_size is not None:
+            assert self.config.rank is not None  # DatasetConfig gives both or neither
             self.rank, self.world_size = self.config.rank, self.config.world_size
         elif torch.distributed.is_available() and torch.distributed.is_initialized():
             self.rank, self.world_size = (
@@ -409,7 +412,7 @@ class ShardedDataset(IterableDataset):
 
     def _read(
         self, segments: list[Segment], first: int, worker: int, workers: int
-    ) -> Iterator[tuple[int, dict[str, Any]]]:
+    ) -> Generator[tuple[int, dict[str, Any]], None, None]:
         """(position, sample) for every position >= ``first`` of this worker's input stream,
         with up to ``prefetch_depth`` shards being fetched ahead of the one being parsed."""
         cfg = self.config
@@ -462,13 +465,13 @@ class ShardedDataset(IterableDataset):
                 name, pad = shard.name, seg.pad
                 try:
                     hit = fetch.indexed()  # waits for the shard's first bytes
-                    if hit is not None:
+                    if hit is not None and hit.index is not None:  # indexed() hands only those
                         # A verified cache hit with its sample index: each member is one pread
                         # at its offset (small ones come with the index), no header parsing:
                         # the samples iter_samples would build. pread releases the GIL, so the
                         # fetch threads keep checking the next shards meanwhile.
                         counts[0] = len(hit.index)
-                        samples = hit.index.samples(
+                        samples: Any = hit.index.samples(
                             hit.fd,
                             seg.start + skip,
                             seg.stop,

@@ -12,7 +12,7 @@ is still downloading). The thread:
    reset, timeout, a 5xx while the server restarts) it backs off and resumes from the last
    byte it received, giving up with :class:`ShardReadError` after ``max_attempts`` consecutive
    attempts that brought no new byte (botocore never retries a failure in the middle of a
-   body: this is the only place that resumes one);
+   body, docs/platform.md: this is the only place that resumes one);
 3. hashes what it receives, and when a cache is configured writes it to a part file that is
    renamed into the cache only if the whole object matched the manifest's sha256.
 

@@ -288,7 +288,7 @@ def _write_temp(state: Mapping[str, Any], path: Path, *, reuse: Path | None) -> 
     writer = _DurableWriter(fd)
     try:
         with _crc32_on():
-            torch.save(state, writer)
+            torch.save(state, writer)  # type: ignore[arg-type]  # file-like: write()
         writer.flush()
         if reuse is not None:
             os.ftruncate(fd, writer.size)  # the old file may have been longer

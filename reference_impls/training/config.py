@@ -347,7 +347,7 @@ def _build(cls: type, data: object, prefix: str, source: str) -> Any:
     for name, value in data.items():
         key = prefix + name
         expected = hints[name]
-        if dataclasses.is_dataclass(expected):
+        if isinstance(expected, type) and dataclasses.is_dataclass(expected):
             kwargs[name] = _build(expected, value, key + ".", source)
         else:
             kwargs[name] = _coerce(value, expected, key)
@@ -374,7 +374,8 @@ def _coerce(value: object, expected: Any, key: str) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif expected is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        if isinstance(value, (int, float)) and ok:
+            value = float(value)
     else:
         ok = isinstance(value, expected)
     if not ok:

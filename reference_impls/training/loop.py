@@ -338,6 +338,7 @@ class Trainer:
             return None, None
         skipped = []
         for problem in point.skipped:
+            assert problem.path is not None  # a corrupt checkpoint's error names its file
             kept = self.store.set_aside(problem.path)
             log.warning(
                 "%s; resuming from %s instead (the damaged file is kept as %s)",
@@ -372,6 +373,7 @@ class Trainer:
 
     def state_dict(self, rng_states: list[dict[str, Any]]) -> dict[str, Any]:
         """The checkpoint (without ``saved_at``, which the store adds)."""
+        assert self.last_val_loss is not None  # a checkpoint follows a validation
         return {
             "format": FORMAT,
             "model": self.model.state_dict(),
@@ -547,7 +549,7 @@ class Trainer:
         self.dist.all_reduce_sum(total)
         return (total[0] / total[1]).item()
 
-    def _validate_and_checkpoint(self, limit: str | None, bars: ProgressBars) -> None:
+    def _validate_and_checkpoint(self, limit: StopReason | None, bars: ProgressBars) -> None:
         self.model.eval()
         if self.validate_fn is not None:
             value = float(self.validate_fn(self.model, epoch=self.epoch, step=self.step))
@@ -581,7 +583,7 @@ class Trainer:
         self.metrics.flush()  # every row up to this step is in the file before the checkpoint
         rng_states = self.dist.gather_objects(capture_rng_state())
         with _sigint_deferred():
-            if self.dist.is_main:
+            if rng_states is not None:  # rank 0, which writes
                 self.store.save(self.state_dict(rng_states), best=improved)
                 self.checkpoints_written += 1
             self.last_checkpoint = CheckpointInfo(str(self.store.latest), self.step, self.epoch)
