@@ -59,6 +59,20 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+# torch.finfo(torch.float32).max. The model's parameters are float32 and the optimizers scale
+# them by lr and weight_decay (param.add_(grad, alpha=weight_decay)): a factor that float32
+# cannot hold fails inside torch ("value cannot be converted to type float without overflow").
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _require_float32(value: float, key: str) -> None:
+    _require(
+        value <= _FLOAT32_MAX,
+        f"{key} must be <= {_FLOAT32_MAX:.7g} (the largest float32: it scales the float32 "
+        f"weights), got {value}",
+    )
+
+
 def _require_finite(section: object, prefix: str) -> None:
     """Every float field of ``section`` is a finite number.
 
@@ -153,6 +167,8 @@ class OptimizerConfig:
             f"optimizer.name must be one of {', '.join(_OPTIMIZERS)}, got {self.name!r}",
         )
         _require(self.lr > 0, f"optimizer.lr must be > 0, got {self.lr}")
+        _require_float32(self.lr, "optimizer.lr")
+        _require_float32(self.weight_decay, "optimizer.weight_decay")
         _require(
             self.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {self.weight_decay}"
         )
@@ -181,6 +197,7 @@ class SchedulerConfig:
         _require(self.step_size >= 1, f"scheduler.step_size must be >= 1, got {self.step_size}")
         _require(0 < self.gamma <= 1, f"scheduler.gamma must be in (0, 1], got {self.gamma}")
         _require(self.min_lr >= 0, f"scheduler.min_lr must be >= 0, got {self.min_lr}")
+        _require_float32(self.min_lr, "scheduler.min_lr")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -261,6 +278,11 @@ class TrainConfig:
         _require(
             self.num_threads is None or self.num_threads >= 1,
             f"num_threads must be >= 1 (or absent), got {self.num_threads}",
+        )
+        _require(
+            self.scheduler.name != "cosine" or self.scheduler.min_lr <= self.optimizer.lr,
+            f"scheduler.min_lr ({self.scheduler.min_lr}) must be <= optimizer.lr "
+            f"({self.optimizer.lr}): the cosine schedule goes from lr down to min_lr",
         )
 
     def planned_steps(self) -> int:

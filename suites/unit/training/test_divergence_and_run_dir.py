@@ -170,6 +170,21 @@ def test_a_non_finite_config_value_is_refused_naming_the_key(key, value):
         TrainConfig().replace({key: value})
 
 
+@pytest.mark.parametrize("key", ["optimizer.lr", "optimizer.weight_decay", "scheduler.min_lr"])
+def test_a_factor_beyond_float32_is_refused_before_torch_fails_on_it(key):
+    # weight_decay = 1e308 once reached Adam and failed there with "value cannot be converted
+    # to type float without overflow" (found by suites/property/training).
+    with pytest.raises(ConfigError, match=re.escape(f"{key} must be <= 3.402823e+38")):
+        TrainConfig().replace({key: 1e308})
+    TrainConfig().replace({key: 3e38})  # float32 holds it (min_lr: unused by "constant")
+
+
+def test_a_cosine_schedule_that_would_rise_to_min_lr_is_refused():
+    with pytest.raises(ConfigError, match=r"scheduler\.min_lr \(1\.0\) must be <= optimizer\.lr"):
+        TrainConfig().replace({"scheduler.name": "cosine", "scheduler.min_lr": 1.0})
+    TrainConfig().replace({"scheduler.name": "step", "scheduler.min_lr": 1.0})  # unused there
+
+
 def test_non_finite_values_in_a_toml_file_are_refused(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("[optimizer]\nweight_decay = inf\n")
