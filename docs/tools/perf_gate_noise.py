@@ -6,9 +6,10 @@ benchmark timing a pure-Python loop of ~1 ms), commits the base on ``main`` and 
 ``feature`` branch (``--case slow``: the loop does twice the work; ``--case same``: only the
 README changes), and runs the documented pull-request command in it ``--runs`` times:
 
-    harness perf ci --measure-base always --require-baseline --passes 4
+    harness perf ci --measure-base always --require-baseline
 
-Each run measures base and head afresh. With ``--load N``, N busy loops
+(``--passes`` defaults to 1 here as there; ``--ab-pairs`` to 20). Each run measures base and
+head afresh. With ``--load N``, N busy loops
 (``python -c 'while True: pass'``) run for the duration of each gate run, started before it and
 killed by PID after it. The machine is shared with other jobs, so the load is never only ours:
 the load average is printed with each run.
@@ -140,9 +141,13 @@ def gate_once(repo: Path, reports: Path, passes: int, load: int) -> dict:
         data = json.loads(gate_json.read_text())
         (bench,) = [r for r in data["rows"] if r["name"].endswith("time_work")]
         row.update(
-            ratio=bench["ratio"], p=bench["p"], passes=bench["passes"], status=bench["status"]
+            ratio=bench["ratio"],
+            p=bench["p"],
+            passes=bench["passes"],
+            method=bench["method"],
+            status=bench["status"],
         )
-    row["remeasured"] = "Measured again" in proc.stdout
+    row["ab"] = "interleaved A/B pairs" in proc.stdout
     if proc.returncode not in (0, 1):
         row["tail"] = (proc.stdout + proc.stderr)[-2000:]
     return row
@@ -153,7 +158,7 @@ def main() -> int:
     parser.add_argument("--case", choices=["slow", "same"], required=True)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--load", type=int, default=0, help="busy loops during each run")
-    parser.add_argument("--passes", type=int, default=4)
+    parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
     args = parser.parse_args()
 
@@ -172,7 +177,7 @@ def main() -> int:
             rows.append(row)
             print(
                 f"run {n + 1:2d}: exit {row['exit']} ratio {row.get('ratio')} p {row.get('p')} "
-                f"passes {row.get('passes')} remeasured {row['remeasured']} "
+                f"compared {row.get('passes')} {row.get('method')} "
                 f"{row['seconds']} s load1 {row['load1']}",
                 flush=True,
             )
@@ -183,7 +188,7 @@ def main() -> int:
     print(
         f"case {args.case}, load {args.load}, passes {args.passes}: exit {expected} in "
         f"{hits} of {len(rows)} runs; ratios {min(ratios):.2f}-{max(ratios):.2f}; "
-        f"{sum(r['remeasured'] for r in rows)} measured again; "
+        f"{sum(r['ab'] for r in rows)} judged on A/B pairs; "
         f"{sum(r['seconds'] for r in rows) / len(rows):.0f} s per run"
     )
     if args.json:

@@ -30,6 +30,8 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
 - ``harness.perf.stats``: the gate's statistics (median of per-pass ratios, a stratified
   Mann-Whitney test, the fewest samples that can show a regression).
 - ``harness.perf.gating``: the regression gate (:func:`gate`).
+- ``harness.perf.ab``: interleaved A/B timing of base and head, sample by sample
+  (:func:`measure_ab`), which decides timing benchmarks when the base is measured in the run.
 - ``harness.perf.baselines``: which commit is the baseline; the baseline a first run records.
 - ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`).
 - ``harness.perf.dashboard``: the offline dashboard (:func:`publish`,
@@ -57,6 +59,7 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
+from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, ABResult, measure_ab
 from harness.perf.baselines import (
     BASELINE_SEARCH_DEPTH,
     StoredBaseline,
@@ -89,6 +92,8 @@ from harness.perf.gating import (
     TOO_FEW_SAMPLES,
     GateReport,
     Row,
+    ab_candidates,
+    apply_ab,
     gate,
     has_results,
 )
@@ -104,7 +109,7 @@ from harness.perf.runs import (
     run_benchmarks,
     run_interleaved,
 )
-from harness.perf.step import MEASURE_BASE, PerfStepResult, ci_step, suspicious
+from harness.perf.step import MEASURE_BASE, PerfStepResult, ci_step
 
 __all__ = [
     # errors, project, interpreter and git (_common)
@@ -143,7 +148,13 @@ __all__ = [
     "TOO_FEW_SAMPLES",
     "record_baseline",
     "stored_baseline",
-    "suspicious",
+    "ab_candidates",
+    "apply_ab",
+    # interleaved A/B timing (ab)
+    "DEFAULT_PAIRS",
+    "MAX_AB_PAIRS",
+    "ABResult",
+    "measure_ab",
     "DEFAULT_FACTOR",
     "EXIT_NOT_COMPARABLE",
     "EXIT_OK",

@@ -13,8 +13,10 @@ import dataclasses
 import json
 import math
 import re
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.perf import stats
 from harness.perf._common import (
@@ -25,6 +27,9 @@ from harness.perf._common import (
     resolve_machine,
 )
 from harness.perf.results import Measurement, load_passes, load_results
+
+if TYPE_CHECKING:
+    from harness.perf.ab import ABResult
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # a benchmark significantly slower than the factor allows, or failing
@@ -56,8 +61,10 @@ class Row:
     n_base: int | None
     n_head: int | None
     ratio: float | None = None
-    passes: int | None = None  # base/head passes compared pair by pair; None: samples pooled
+    passes: int | None = None  # strata compared: asv passes, or A/B pairs (method)
     p: float | None = None  # one-sided p-value of the direction of the ratio (stats.py)
+    method: str = ""  # how the samples were compared: "passes", "pooled" or "A/B pairs"
+    kind: str | None = None  # asv's benchmark type: time, track, peakmem...
 
     @property
     def comparable(self) -> bool:
@@ -99,6 +106,7 @@ class GateReport:
     factor: float
     rows: list[Row]
     problems: list[str]  # why something was not comparable (shown above the table)
+    context: list[str] = dataclasses.field(default_factory=list)  # problems not from the verdict
 
     @property
     def verdict(self) -> str:
@@ -120,7 +128,7 @@ class GateReport:
         """The ratio table as GitHub markdown."""
         lines = [
             f"| | benchmark | base `{self.base[:10]}` | head `{self.head[:10]}` | ratio | "
-            f"samples | passes | p | status |",
+            f"samples | compared | p | status |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         envs = {r.env_name for r in self.rows}
@@ -130,7 +138,7 @@ class GateReport:
             samples = f"{_n(r.n_base)}/{_n(r.n_head)}"
             base = "-" if r.status.startswith("new in head") else _human(r.base, r.unit)
             head = "-" if r.status == "missing in head" else _human(r.head, r.unit)
-            passes = "pooled" if r.passes is None else str(r.passes)
+            passes = f"{r.passes} {r.method}" if r.passes else r.method or "-"
             p = "-" if r.p is None else f"{r.p:.2g}"
             lines.append(
                 f"| {STATUS_MARK.get(r.status, '?')} | `{name}` | {base} | {head} | {ratio} | "
@@ -142,8 +150,9 @@ class GateReport:
         head = (
             f"Gate: base `{self.base[:10]}` vs head `{self.head[:10]}` on machine "
             f"`{self.machine}`, factor {self.factor:g}: a benchmark regresses when head/base "
-            f"(the median of per-pass ratios) exceeds it and the pass-by-pass Mann-Whitney "
-            f"test gives p < {stats.ALPHA:g} (docs/perf.md)."
+            "(the median of the ratios of base/head samples taken together: A/B pairs or asv "
+            "passes) exceeds it and a Mann-Whitney test within those groups gives "
+            f"p < {stats.ALPHA:g} (docs/perf.md)."
         )
         parts = [head]
         parts += [f"- {p}" for p in self.problems]
@@ -230,8 +239,8 @@ def gate(
     project's results directory.
     """
     check_factor(factor)
-    project = Project.load(root)
     machine = resolve_machine(machine)
+    project = Project.load(root)
     base_sha = resolve_commit(project.root, base)
     head_sha = resolve_commit(project.root, head)
     base_dir = base_results_dir or project.results_dir
@@ -304,6 +313,7 @@ def gate(
                 unit,
                 _count(b),
                 _count(h),
+                kind=kind,
             )
             if b is None:
                 row.status = "new in head, no baseline"
@@ -327,6 +337,15 @@ def gate(
                 _compare_values(row, b.value, h.value, factor)
             rows.append(row)
 
+    code, why = _decide(rows)
+    gate_report = report(code, rows, problems + why)
+    gate_report.context = problems
+    return gate_report
+
+
+def _decide(rows: list[Row]) -> tuple[int, list[str]]:
+    """The exit code of a gate over rows, and the why of a non-zero code."""
+    problems: list[str] = []
     too_few = [r for r in rows if r.status == TOO_FEW_SAMPLES]
     if too_few:
         problems.append(
@@ -336,19 +355,69 @@ def gate(
             "or without --quick): at least 7 per side pooled, or 2 passes of 5."
         )
     if any(r.status in ("regressed", "failed in head") for r in rows):
-        code = EXIT_REGRESSION
-    elif too_few:
-        code = EXIT_NOT_COMPARABLE
-    elif not any(r.comparable for r in rows):
-        code = EXIT_NOT_COMPARABLE
+        return EXIT_REGRESSION, problems
+    if too_few:
+        return EXIT_NOT_COMPARABLE, problems
+    if not any(r.comparable for r in rows):
         changed = sum(r.status.startswith("benchmark code changed") for r in rows)
         problems.append(
             f"nothing comparable: {len(rows)} benchmark(s), {changed} with changed code, the "
             "rest skipped, failed, new or missing on one side"
         )
-    else:
-        code = EXIT_OK
-    return report(code, rows, problems)
+        return EXIT_NOT_COMPARABLE, problems
+    return EXIT_OK, problems
+
+
+def ab_candidates(report: GateReport) -> list[str]:
+    """The timing benchmarks an interleaved A/B measurement can decide: measured on both sides
+    with the same benchmark code, neither failed nor skipped (comparable, or too few samples)."""
+    return [
+        r.name
+        for r in report.rows
+        if r.kind == "time"
+        and r.status != "informational"
+        and (r.comparable or r.status == TOO_FEW_SAMPLES)
+    ]
+
+
+def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
+    """The report with each timing row that has A/B pairs judged on those pairs instead.
+
+    The pairs are grouped in blocks of AB_BLOCK consecutive pairs, each block a stratum
+    (stats.py): samples taken within a second or so of each other are interchangeable, while a
+    load change between blocks shifts both sides alike. A failed A/B keeps the row's verdict
+    from the asv runs and says why.
+    """
+    rows = [dataclasses.replace(r) for r in report.rows]
+    problems = list(report.context)
+    for row in rows:
+        result = ab.get(row.name)
+        if result is None:
+            continue
+        if result.error is not None or not result.base:
+            problems.append(
+                f"A/B of `{row.name}` failed ({result.error or 'no samples'}): judged on the "
+                "asv runs' samples"
+            )
+            continue
+        strata: list[stats.Stratum] = [
+            (result.base[i : i + AB_BLOCK], result.head[i : i + AB_BLOCK])
+            for i in range(0, len(result.base), AB_BLOCK)
+        ]
+        row.n_base, row.n_head = len(result.base), len(result.head)
+        row.base = statistics.median(result.base)
+        row.head = statistics.median(result.head)
+        _judge(row, strata, report.factor)
+        row.passes, row.method = len(result.base), "A/B pairs"
+    code, why = _decide(rows)
+    return dataclasses.replace(
+        report, exit_code=code, rows=rows, problems=problems + why, context=problems
+    )
+
+
+# Consecutive A/B pairs per stratum: 5 v 5 gives p >= 1/252 per block, so 20 pairs (4 blocks)
+# can reach p < 0.001 with a spike or two in every block.
+AB_BLOCK = 5
 
 
 def _compare_samples(
@@ -364,9 +433,15 @@ def _compare_samples(
     strata: list[stats.Stratum]
     if common and b_passes is not None and h_passes is not None:
         strata = [(b_passes[t], h_passes[t]) for t in common]
-        row.passes = len(strata)
+        row.passes, row.method = len(strata), "passes"
     else:
         strata = [(b.samples or [], h.samples or [])]
+        row.method = "pooled"
+    _judge(row, strata, factor)
+
+
+def _judge(row: Row, strata: Sequence[stats.Stratum], factor: float) -> None:
+    """Status, ratio and p of a timing row from its strata (stats.py), then the factor."""
     sizes = [(len(stats._clean(x)), len(stats._clean(y))) for x, y in strata]
     if stats.min_p(sizes) >= stats.ALPHA:
         row.status = TOO_FEW_SAMPLES

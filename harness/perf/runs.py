@@ -152,9 +152,9 @@ def run_benchmarks(
     python = python or python_path()
     if not (os.path.isabs(python) and os.path.isfile(python)):
         raise PerfError(f"python {python!r} is not an interpreter's absolute path")
-    project = Project.load(root)
     machine = resolve_machine(machine)
     regex = bench_regex(group, bench)
+    project = Project.load(root)
     sha = resolve_commit(project.root, commit)
     head = resolve_commit(project.root, "HEAD")
     ensure_machine(project, machine, echo=echo)
@@ -205,10 +205,11 @@ def run_benchmarks(
             cmd, cwd=project.root, env=_asv_environ(project, extra_env), echo=echo, log=log
         )
     if rc != 0 and any(_NO_BENCHMARKS in line for line in log):
-        selection = f"--bench {bench!r}" if bench else "the benchmark suite"
+        what = f"no benchmark matched {bench!r}" if bench else "no benchmark"
         raise PerfError(
-            f"no benchmark matched {regex or '(all)'} ({selection}, group {group!r}) in "
-            f"{project.benchmark_dir} at {sha[:10]}: nothing was measured"
+            f"{what} in group {group!r} (asv's --bench={regex or ''}) among the benchmarks of "
+            f"{project.benchmark_dir.name}/ at {sha[:10]}: nothing was measured. Names look "
+            "like bench_harness.AssertClose.time_close; `asv check` lists them"
         )
     record_pass(
         project,

@@ -2,15 +2,15 @@
 
 :func:`ci_step` runs the benchmarks of HEAD, takes its baseline from where the policy says
 (docs/perf.md, "Baseline policy": stored results, the base measured in this run in alternation
-with HEAD, or the baseline a first run recorded), gates, re-measures only the benchmarks whose
-verdict is in doubt, and writes perf.md, perf-gate.json and perf-run.log.
+with HEAD, or the baseline a first run recorded), gates (with interleaved A/B pairs for the
+timing benchmarks when the base is measured here), and writes perf.md, perf-gate.json and
+perf-run.log.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
+from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, measure_ab
 from harness.perf.baselines import (
     BASELINE_SEARCH_DEPTH,
     StoredBaseline,
@@ -38,24 +39,15 @@ from harness.perf.gating import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
-    TOO_FEW_SAMPLES,
     GateReport,
-    Row,
+    ab_candidates,
+    apply_ab,
     gate,
     has_results,
 )
 from harness.perf.runs import MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
 
 MEASURE_BASE = ("never", "missing", "always")
-
-
-def suspicious(row: Row, factor: float) -> bool:
-    """Whether a row's verdict is in doubt and worth a second look (when the base is measured
-    in the same run): it regressed (confirm it), it is slower than the factor but not
-    significantly, it is more than halfway to the factor, or it had too few samples."""
-    if row.status in ("regressed", "slower, not significant", TOO_FEW_SAMPLES):
-        return True
-    return row.comparable and row.ratio is not None and row.ratio > 1 + (factor - 1) / 2
 
 
 @dataclasses.dataclass
@@ -82,13 +74,13 @@ def ci_step(
     quick: bool = True,
     require_baseline: bool = False,
     measure_base: str = "never",
-    passes: int = 2,
+    passes: int = 1,
     group: str = "cpu",
     bench: str | None = None,
     machine: str | None = None,
     factor: float = DEFAULT_FACTOR,
     base_ref: str | None = None,
-    remeasure_passes: int | None = None,
+    ab_pairs: int = DEFAULT_PAIRS,
     echo: Echo | None = _echo_stderr,
 ) -> PerfStepResult:
     """Run the CPU benchmarks (or ``group``) for HEAD and gate them against the baseline.
@@ -104,11 +96,12 @@ def ci_step(
       HEAD; results stored by other machines of the same name are not trusted.
     - "missing": stored results when there are some, else measure as "always".
 
-    When the base is measured here, base and HEAD alternate over ``passes`` runs each and the
-    gate compares them pass by pass; benchmarks whose verdict is in doubt (:func:`suspicious`)
-    are then measured again, alone, for ``remeasure_passes`` more alternating passes (default:
-    ``passes``, at least 2) and judged on all their passes. ``bench`` narrows the group with a
-    regex (as ``harness perf run --bench``).
+    When the base is measured here, asv runs base and HEAD alternately over ``passes`` runs
+    each (the record, and the verdict for track/peakmem benchmarks and failures), and then
+    every timing benchmark comparable on both sides is timed again in ``ab_pairs`` interleaved
+    A/B pairs (ab.py: base and head sampled alternately, milliseconds apart), which decide its
+    verdict; 0 disables that and the asv samples decide, pass by pass. ``bench`` narrows the
+    group with a regex (as ``harness perf run --bench``).
 
     Without a baseline ("never"/"missing": no ancestor has results and no stored baseline
     applies), the step says so, keeps this run's results as the baseline (baselines.py) so
@@ -120,8 +113,8 @@ def ci_step(
         raise PerfError(f"measure_base must be never, missing or always, got {measure_base!r}")
     if not 1 <= passes <= MAX_PASSES:
         raise PerfError(f"--passes must be between 1 and {MAX_PASSES}, got {passes}")
-    if remeasure_passes is not None and not 0 <= remeasure_passes <= MAX_PASSES:
-        raise PerfError(f"remeasure_passes must be between 0 and {MAX_PASSES}, got {passes}")
+    if not 0 <= ab_pairs <= MAX_AB_PAIRS:
+        raise PerfError(f"--ab-pairs must be between 0 and {MAX_AB_PAIRS}, got {ab_pairs}")
     check_factor(factor)
     machine = resolve_machine(machine)
     report_dir = Path(report_dir)
@@ -145,7 +138,7 @@ def ci_step(
             machine=machine,
             factor=factor,
             base_ref=base_ref,
-            remeasure_passes=max(passes, 2) if remeasure_passes is None else remeasure_passes,
+            ab_pairs=ab_pairs,
             echo=echo,
         )
     except PerfError as exc:  # no asv.conf.json, not a git checkout, unknown base ref...
@@ -168,7 +161,7 @@ def _ci_step(
     machine: str,
     factor: float,
     base_ref: str | None,
-    remeasure_passes: int,
+    ab_pairs: int,
     echo: Echo | None,
 ) -> PerfStepResult:
     Project.load(repo_root)  # fails first, and clearly, where there is no asv project
@@ -295,29 +288,16 @@ def _ci_step(
         repo_root, baseline, head, factor=factor, machine=machine, base_results_dir=base_dir
     )
     notes = [base_note, run_note]
-    if found and baseline == found[0] and len(outcomes) > 1 and remeasure_passes:
-        doubtful = [r for r in report.rows if suspicious(r, factor)]
-        if doubtful:
-            names = sorted({r.name for r in doubtful})
-            if echo:
-                echo(
-                    f"harness perf: measuring {len(names)} benchmark(s) again, alone, "
-                    f"{remeasure_passes} more alternating passes: {', '.join(names)}"
-                )
-            regex = "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
-            outcomes += run_interleaved(
-                repo_root,
-                [baseline, "HEAD"],
-                passes=remeasure_passes,
-                append=True,
-                **{**run_kwargs, "bench": regex},
-            )
-            report = gate(repo_root, baseline, head, factor=factor, machine=machine)
+    measured_here = found is not None and baseline == found[0] and len(outcomes) > 1
+    if measured_here and ab_pairs:
+        names = ab_candidates(report)
+        if names:
+            ab = measure_ab(repo_root, baseline, names, pairs=ab_pairs, echo=echo)
+            report = apply_ab(report, ab)
             notes.append(
-                f"Measured again ({remeasure_passes} more alternating passes, their samples "
-                f"added to the first {passes}) because their first verdict was in doubt: "
-                + ", ".join(f"`{n}`" for n in names)
-                + "."
+                f"Timing benchmarks judged on {ab_pairs} interleaved A/B pairs each (base and "
+                "head sampled alternately, milliseconds apart; docs/perf.md): "
+                f"{len(names)} benchmark(s)."
             )
     for outcome in outcomes:
         log.extend(outcome.log)
