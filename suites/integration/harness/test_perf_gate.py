@@ -335,9 +335,30 @@ def test_ci_step_on_a_branch_measures_its_merge_base_and_fails_a_2x_slowdown(tmp
     gate_json = json.loads((tmp_path / "reports" / "perf-gate.json").read_text())
     assert gate_json["exit_code"] == 1 and gate_json["base"] == base
     (row,) = gate_json["rows"]
-    # Compared pass by pass: 4 alternating passes, and 4 more from the confirming second look.
-    assert row["passes"] == 8 and row["p"] < perf.stats.ALPHA
-    assert "Measured again (4 more alternating passes" in result.markdown
+    # Judged on interleaved A/B pairs (the default 20), not on the asv passes' samples.
+    assert row["method"] == "A/B pairs" and row["passes"] == perf.DEFAULT_PAIRS
+    assert row["p"] < perf.stats.ALPHA and (row["n_base"], row["n_head"]) == (20, 20)
+    assert "judged on 20 interleaved A/B pairs" in result.markdown
+
+
+def test_ab_pairs_of_an_unchanged_commit_read_about_1_and_a_missing_benchmark_is_an_error(
+    project,
+):
+    repo, c = project
+    _git(repo, "checkout", "-q", c["docs"])
+    try:
+        ab = perf.measure_ab(
+            repo, c["base"], ["bench_tiny.Loop.time_work", "bench_tiny.Loop.time_nope"], pairs=10
+        )
+    finally:
+        _git(repo, "checkout", "-q", "main")
+    good, missing = ab["bench_tiny.Loop.time_work"], ab["bench_tiny.Loop.time_nope"]
+    assert good.error is None and len(good.base) == len(good.head) == 10
+    pairs = [([b], [h]) for b, h in zip(good.base, good.head, strict=True)]
+    # Identical code: the median per-pair ratio is near 1 even under load, as each pair shares
+    # its moment's load (0.7-1.4: wide, as the test shares 2 cores with other jobs).
+    assert 0.7 < perf.stats.ratio(pairs) < 1.4
+    assert missing.error and "time_nope" in missing.error and not missing.base
 
 
 def test_ci_step_in_a_checkout_without_benchmarks_reports_why_and_exits_2(tmp_path):

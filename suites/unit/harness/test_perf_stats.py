@@ -145,3 +145,60 @@ def test_a_run_that_replaced_the_samples_starts_a_new_record(project):
     changed = {"b.t": m([7.0], version="v2")}  # the benchmark's code changed: asv replaced them
     record_pass(project, "m1", sha, "env", before, changed, ("t", 0), appended=True)
     assert load_passes(project, "m1", sha, "env", changed) == {"b.t": {("t", 0): [7.0]}}
+
+
+# --------------------------------------------------------------------------------------------
+# A/B pairs decide timing rows
+
+
+def gate_report(*rows: perf.Row) -> perf.GateReport:
+    code = 0 if all(r.comparable for r in rows) else 2
+    return perf.GateReport(code, "a" * 40, "b" * 40, "m", 1.3, list(rows), [])
+
+
+def timing_row(name="b.C.time_x", status="unchanged", kind="time") -> perf.Row:
+    return perf.Row(name, "env", status, 1.0, 1.05, "seconds", 7, 7, ratio=1.05, kind=kind)
+
+
+def test_a_2x_in_the_ab_pairs_overrides_an_unchanged_verdict_from_the_asv_runs():
+    rng = random.Random(5)
+    base = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(20)]
+    head = [2 * rng.uniform(0.9e-3, 1.1e-3) for _ in range(20)]
+    base[3], head[11] = 9e-3, 0.5e-3  # two spikes, one on each side
+    report = perf.apply_ab(
+        gate_report(timing_row()), {"b.C.time_x": perf.ABResult("b.C.time_x", base, head)}
+    )
+    (row,) = report.rows
+    assert report.exit_code == 1 and row.status == "regressed"
+    assert row.method == "A/B pairs" and row.passes == 20 and row.p < stats.ALPHA
+    assert row.ratio == pytest.approx(2.0, rel=0.15)  # U(0.9, 1.1) on each side
+
+
+def test_a_failed_ab_keeps_the_asv_verdict_and_says_why():
+    report = perf.apply_ab(
+        gate_report(timing_row()),
+        {"b.C.time_x": perf.ABResult("b.C.time_x", [], [], error="head: ImportError: x")},
+    )
+    (row,) = report.rows
+    assert report.exit_code == 0 and row.status == "unchanged" and row.method == ""
+    assert any("A/B of `b.C.time_x` failed (head: ImportError: x)" in p for p in report.problems)
+
+
+def test_too_few_ab_pairs_fail_the_gate_instead_of_passing_it():
+    report = perf.apply_ab(
+        gate_report(timing_row()),
+        {"b.C.time_x": perf.ABResult("b.C.time_x", [1e-3] * 3, [2e-3] * 3)},  # 3 pairs
+    )
+    assert report.exit_code == 2 and report.rows[0].status == perf.TOO_FEW_SAMPLES
+    assert "TOO FEW SAMPLES" in report.verdict
+
+
+def test_only_comparable_timing_rows_are_ab_candidates():
+    report = gate_report(
+        timing_row("b.C.time_ok"),
+        timing_row("b.C.time_few", status=perf.TOO_FEW_SAMPLES),
+        timing_row("b.C.track_x", kind="track"),
+        timing_row("b.C.time_failed", status="failed in head"),
+        timing_row("b.C.time_new", status="new in head, no baseline"),
+    )
+    assert perf.ab_candidates(report) == ["b.C.time_ok", "b.C.time_few"]
