@@ -7,10 +7,14 @@ them reads as a change. Here two long-lived worker processes, one with the base 
 (a ``git archive``, imported ahead of the installed package, as ``harness perf run --commit``
 does) and one with the working tree, each set up the same benchmark with asv's own discovery
 and then take one sample at a time on request: base, head, head, base, base, head ... (the order
-alternates so that neither side is always first). Each (base, head) pair shares the load of
-its moment; the gate compares the pairs (stats.py: each pair a stratum; the median of the
-per-pair ratios, and a sign test, which with 20 pairs reaches p < 0.001 even with two pairs
-reversed by a spike).
+alternates so that neither side is always first), timed in the worker's CPU time
+(``time.process_time``): under load a sample's wall time is mostly how long the scheduler
+kept it waiting, and that depends on the sample's length (one shorter than a time slice often
+runs undisturbed), so even pairs milliseconds apart read a 2x slowdown as 1x or 12x in wall
+time at load average 15; in CPU time they read 2.0 (docs/perf.md). Each (base, head) pair
+shares the conditions of its moment; the gate (gating.apply_ab) compares blocks of 5
+consecutive pairs, each block a stratum of stats.py's test, and the median of the blocks'
+ratios.
 
 The worker (``_ab_worker.py``) runs as a script copied to a temporary folder, so that the base
 side never imports this version of ``harness``.
@@ -34,8 +38,8 @@ from typing import Any
 from harness.perf._common import Echo, PerfError, Project, _asv_environ, python_path
 from harness.perf.runs import _archived_config
 
-# 20 pairs: with the sign test, 2 pairs reversed by load spikes still give p = 2.0e-4 < 0.001
-# (3 reversed: 1.3e-3); 10 pairs are the fewest that can reach 0.001 at all (2^-10).
+# 20 pairs = 4 blocks of 5 v 5: the best p is 252^-4 = 2.5e-10, so a spike or two in every
+# block still leaves p < 0.001; 2 blocks (10 pairs) are the fewest that can reach it (1.6e-5).
 DEFAULT_PAIRS = 20
 # More pairs than this is a typo, not a measurement.
 MAX_AB_PAIRS = 1000
