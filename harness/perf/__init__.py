@@ -2,7 +2,7 @@
 
 Library code, no click: ``harness.cli.perf`` is its command line. docs/perf.md is the user
 guide (baseline policy, exit codes, the factor); the asv pitfalls this package works around are
-listed at the top of docs/perf.md:
+recorded in docs/platform.md ("asv (0.6.6) and pytest-benchmark"):
 
 - Validation first: a machine name (also from $HARNESS_PERF_MACHINE) is one plain path
   component, refs never start with "-", regexes compile, the factor can fail; every value

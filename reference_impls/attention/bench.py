@@ -10,8 +10,9 @@ matmuls of the same size: 2.5 forward passes). TFLOP/s = FLOPs / median time. Ti
 medians (with the 20th and 80th percentiles) of ``triton.testing.do_bench``, which times with
 CUDA events and flushes the L2 cache between runs.
 
-Shapes follow PLATFORM.md's anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at D=128), and
-B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing, every
+Shapes follow docs/platform.md's H200 anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at
+D=128), and B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing,
+every
 autotuning config of the kernel is compiled in parallel worker processes (``--jobs``) into
 Triton's on-disk cache, so the autotuner in the timed process only loads and times them.
 """
@@ -40,7 +41,7 @@ SDPA_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
 }
 MODES = ("fwd", "fwd+bwd")
-TOKENS_PER_BATCH = 32768  # B * N, as in PLATFORM.md's anchor table
+TOKENS_PER_BATCH = 32768  # B * N, as in docs/platform.md's anchor table
 MODEL_WIDTH = 2048  # H * D
 
 
@@ -186,7 +187,7 @@ def precompile(
     with ProcessPoolExecutor(
         max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")
     ) as pool:
-        for done in pool.map(_warm, *zip(*todo)):
+        for done in pool.map(_warm, *zip(*todo, strict=True)):
             print(f"  compiled {done}", file=sys.stderr)
 
 
@@ -292,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
             )
             print(
-                f"D={case.d:<4} N={case.n:<6} causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
+                f"D={case.d:<4} N={case.n:<6} causal={case.causal!s:<5} {case.mode:<8} "
+                f"{provider:<10}"
                 f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}",
                 flush=True,
             )

@@ -87,7 +87,12 @@ def test_output_and_gradients_match_sdpa_math_in_fp32(attn, case, dtype):
     ref, leaves = sdpa_math_fp32(q, k, v, causal)
     ref.backward(do.float())
     errors = {"out": rel_error(out, ref)}
-    errors.update({f"d{n}": rel_error(t.grad, r.grad) for n, t, r in zip("qkv", (q, k, v), leaves)})
+    errors.update(
+        {
+            f"d{n}": rel_error(t.grad, r.grad)
+            for n, t, r in zip("qkv", (q, k, v), leaves, strict=True)
+        }
+    )
     print(f"{case} {dtype}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()))
     assert errors["out"] <= FWD_TOL[dtype], errors
     assert max(errors[n] for n in ("dq", "dk", "dv")) <= GRAD_TOL[dtype], errors
@@ -105,7 +110,7 @@ def test_small_and_large_head_dims(attn, d):
     ref, leaves = sdpa_math_fp32(q, k, v, True)
     ref.backward(do.float())
     assert rel_error(out, ref) <= FWD_TOL[torch.bfloat16]
-    for t, r in zip((q, k, v), leaves):
+    for t, r in zip((q, k, v), leaves, strict=True):
         assert rel_error(t.grad, r.grad) <= GRAD_TOL[torch.bfloat16]
 
 
@@ -139,7 +144,7 @@ def test_edge_lengths_against_float64(attn, n_q, n_k, causal):
     ref.backward(do.double())
     assert torch.isfinite(out).all()
     assert rel_error(out, ref) <= FWD_TOL[torch.bfloat16]
-    for t, r in zip((q, k, v), (q64, k64, v64)):
+    for t, r in zip((q, k, v), (q64, k64, v64), strict=True):
         # With one key, dq and dk are exactly 0 in float64: compare against the output's scale.
         err = (t.grad.double() - r.grad).norm() / max(r.grad.norm(), 1e-3 * ref.norm())
         assert err <= GRAD_TOL[torch.bfloat16]
@@ -168,7 +173,7 @@ def test_fp32_inputs_keep_fp32_accuracy(attn):
     ref.backward(do.double())
     # Full fp32 products (input_precision="ieee"), not tf32: ~1e-7 relative.
     assert rel_error(out, ref) <= FWD_TOL[torch.float32]
-    for t, r in zip((q, k, v), (q64, k64, v64)):
+    for t, r in zip((q, k, v), (q64, k64, v64), strict=True):
         assert rel_error(t.grad, r.grad) <= GRAD_TOL[torch.float32]
 
 
@@ -184,7 +189,7 @@ def test_forward_and_backward_are_bitwise_deterministic(attn):
         out = attn.attention(q, k, v, causal=True)
         runs.append((out, *torch.autograd.grad(out, (q, k, v), do)))
     for other in runs[1:]:
-        for a, b in zip(runs[0], other):
+        for a, b in zip(runs[0], other, strict=True):
             assert torch.equal(a, b)
 
 
@@ -222,7 +227,8 @@ def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
     key = f"d128-n4096-{mode}-{'causal' if causal else 'full'}"
     gpu = torch.cuda.get_device_name()
     print(
-        f"{key}: triton {ours.tflops:.0f} TFLOP/s, flash {flash.tflops:.0f} TFLOP/s, ratio {ratio:.3f}"
+        f"{key}: triton {ours.tflops:.0f} TFLOP/s, flash {flash.tflops:.0f} TFLOP/s, "
+        f"ratio {ratio:.3f}"
     )
 
     stored = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"gpu": gpu, "ratios": {}}
@@ -238,7 +244,8 @@ def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
         )
     if key not in stored["ratios"]:
         pytest.fail(
-            f"no baseline for {key} in {BASELINE.name}: record one with ATTENTION_SPEED_BASELINE=update"
+            f"no baseline for {key} in {BASELINE.name}: "
+            "record one with ATTENTION_SPEED_BASELINE=update"
         )
     floor = stored["ratios"][key] * (1 - SPEED_DROP)
     assert ratio >= floor, (

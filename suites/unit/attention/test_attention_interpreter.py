@@ -1,7 +1,8 @@
 """reference_impls.attention against a float64 eager computation, on small fixed shapes.
 
-Without a GPU the kernels run under the Triton interpreter (suites/conftest.py sets TRITON_INTERPRET);
-with one, on CUDA. Shapes stay small (N <= 96, D <= 64 except in the head-dim test): the
+Without a GPU the kernels run under the Triton interpreter (suites/conftest.py sets
+TRITON_INTERPRET); with one, on CUDA. Shapes stay small (N <= 96, D <= 64 except in the head-dim
+test): the
 interpreter runs one program at a time in NumPy, and this file must stay well under a minute
 on a 2-core CI machine.
 """
@@ -59,7 +60,7 @@ def check_against_float64(q, k, v, *, grads=True, fwd_tol=None, grad_tol=None, *
     ref, ref_grads = float64_run(q, k, v, do, **kw)
     assert rel_error(out, ref) <= fwd_tol
     grad_tol = GRAD_TOL[q.dtype] if grad_tol is None else grad_tol
-    for name, t, g in zip("qkv", (q, k, v), ref_grads):
+    for name, t, g in zip("qkv", (q, k, v), ref_grads, strict=True):
         assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
         err = rel_error(t.grad, g)
         assert err <= grad_tol, f"d{name}: relative error {err:.3g} > {grad_tol:g}"
@@ -113,7 +114,7 @@ def test_one_token_sequences(n_q, n_k):
     # With one key the softmax is constant (1): dq and dk are exactly 0 in float64 and only
     # rounding here, so they are compared absolutely.
     atol = 1e-5
-    for t, g in zip((q, k, v), grads):
+    for t, g in zip((q, k, v), grads, strict=True):
         assert_close(t.grad.double(), g, rtol=1e-5, atol=atol)
     if n_k == 1:
         assert_close(out, v.detach().expand_as(out), rtol=0.0, atol=1e-6)  # softmax of one key
