@@ -64,11 +64,15 @@ class ABResult:
 
 class _Worker:
     def __init__(self, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> None:
+        # The worker's stderr (and whatever its benchmarks print) goes to a file: a pipe could
+        # fill up and block it; its tail explains a worker that died.
+        self.stderr_path = cwd / f"worker-{id(self)}.err"
+        self._stderr = self.stderr_path.open("w")
         self.proc = subprocess.Popen(
             [python_path(), str(script), str(bench_root)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self._stderr,
             text=True,
             bufsize=1,
             env=env,
@@ -78,7 +82,7 @@ class _Worker:
     def ask(self, request: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         if self.proc.poll() is not None:
-            return {"ok": False, "error": f"worker exited {self.proc.returncode}"}
+            return {"ok": False, "error": self._died()}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         with selectors.DefaultSelector() as sel:
@@ -88,9 +92,15 @@ class _Worker:
                 return {"ok": False, "error": f"no answer in {timeout:g} s (killed)"}
         line = self.proc.stdout.readline()
         if not line:
-            return {"ok": False, "error": f"worker exited {self.proc.wait()}"}
+            self.proc.wait()
+            return {"ok": False, "error": self._died()}
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+    def _died(self) -> str:
+        self._stderr.flush()
+        tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
+        return f"worker exited {self.proc.returncode}" + (f": {' | '.join(tail)}" if tail else "")
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -101,6 +111,7 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._stderr.close()
 
 
 def measure_ab(
