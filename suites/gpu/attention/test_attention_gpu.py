@@ -1,5 +1,7 @@
-"""reference_impls.attention on a GPU: realistic shapes against SDPA's math backend in fp32,
-determinism, and its speed relative to SDPA's flash backend against a stored baseline.
+"""reference_impls.attention on a GPU: realistic shapes against SDPA's math backend in fp32
+(both backwards: the default one pass with an atomic dQ, and the deterministic two passes),
+bitwise determinism of the latter, and speed relative to SDPA's flash backend against a stored
+baseline.
 
 reference_impls.attention is imported inside the fixture, never at module import: on a CPU
 machine this module is still collected (then skipped), and an import here would define the
@@ -177,25 +179,62 @@ def test_fp32_inputs_keep_fp32_accuracy(attn):
         assert rel_error(t.grad, r.grad) <= GRAD_TOL[torch.float32]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "case", ["d64-n1024-causal", "d128-n2048", "gqa-d128-causal", "ragged-d64"]
+)
+def test_two_pass_backward_matches_sdpa_math_in_fp32(attn, case, dtype):
+    # The deterministic backward (no atomics) is a separate code path: same bounds.
+    b, h, h_kv, n_q, n_k, d, causal = CASES[case]
+    q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(b, h_kv, n_k, d, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(b, h_kv, n_k, d, device="cuda", dtype=dtype, requires_grad=True)
+    out = attn.attention(q, k, v, causal=causal, deterministic=True)
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    ref, leaves = sdpa_math_fp32(q, k, v, causal)
+    ref.backward(do.float())
+    assert rel_error(out, ref) <= FWD_TOL[dtype]
+    for g, r in zip(grads, leaves, strict=True):
+        assert rel_error(g, r.grad) <= GRAD_TOL[dtype]
+
+
 def test_forward_and_backward_are_bitwise_deterministic(attn):
-    # No atomics anywhere: the same inputs give the same bits, run after run.
+    # torch.use_deterministic_algorithms(True) selects the two-pass backward (no atomics): the
+    # same inputs give the same bits, run after run.
     q, k, v = (
         torch.randn(2, 8, 1536, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         for _ in range(3)
     )
     do = torch.randn(2, 8, 1536, 128, device="cuda", dtype=torch.bfloat16)
     runs = []
-    for _ in range(3):
-        out = attn.attention(q, k, v, causal=True)
-        runs.append((out, *torch.autograd.grad(out, (q, k, v), do)))
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for _ in range(3):
+            out = attn.attention(q, k, v, causal=True)
+            runs.append((out, *torch.autograd.grad(out, (q, k, v), do)))
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
     for other in runs[1:]:
         for a, b in zip(runs[0], other, strict=True):
             assert torch.equal(a, b)
+    # And the explicit argument gives those same bits.
+    out = attn.attention(q, k, v, causal=True, deterministic=True)
+    for a, b in zip(runs[0], (out, *torch.autograd.grad(out, (q, k, v), do)), strict=True):
+        assert torch.equal(a, b)
 
 
 # --------------------------------------------------------------------------- speed
 
-SPEED_CASES = [("fwd", False), ("fwd", True), ("fwd+bwd", False), ("fwd+bwd", True)]
+SPEED_CASES = [
+    ("fwd", False),
+    ("fwd", True),
+    ("bwd", False),
+    ("bwd", True),
+    ("fwd+bwd", False),
+    ("fwd+bwd", True),
+]
 SPEED_DROP = 0.10  # fail when the ratio to flash falls more than 10% below the baseline
 
 
