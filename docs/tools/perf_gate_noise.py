@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ASV_CONF = {
     "version": 1,
@@ -105,7 +106,7 @@ def make_repo(path: Path, case: str) -> Path:
     return repo
 
 
-def gate_once(repo: Path, reports: Path, passes: int, load: int) -> dict:
+def gate_once(repo: Path, reports: Path, passes: int, load: int) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
@@ -134,7 +135,7 @@ def gate_once(repo: Path, reports: Path, passes: int, load: int) -> dict:
             p.kill()
             p.wait()
     seconds = time.monotonic() - started
-    row: dict = {"exit": proc.returncode, "seconds": round(seconds, 1)}
+    row: dict[str, Any] = {"exit": proc.returncode, "seconds": round(seconds, 1)}
     row["load1"] = round(os.getloadavg()[0], 2)
     gate_json = reports / "perf-gate.json"
     if gate_json.is_file():
