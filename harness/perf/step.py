@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from harness.perf.gating import (
     gate,
     has_results,
 )
-from harness.perf.runs import MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
+from harness.perf.runs import GROUPS, MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
 
 MEASURE_BASE = ("never", "missing", "always")
 
@@ -290,7 +291,10 @@ def _ci_step(
     notes = [base_note, run_note]
     measured_here = found is not None and baseline == found[0] and len(outcomes) > 1
     if measured_here and ab_pairs:
-        names = ab_candidates(report)
+        # Not the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its
+        # launch, not its run (the GPU runner is a dedicated machine: wall time is right there).
+        gpu = re.compile(f"^{GROUPS['gpu']}")
+        names = [n for n in ab_candidates(report) if not gpu.match(n)]
         if names:
             ab = measure_ab(repo_root, baseline, names, pairs=ab_pairs, echo=echo)
             report = apply_ab(report, ab)
