@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import linecache
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -98,7 +99,8 @@ class Report:
     ranks: dict[int, str]
     """rank -> its state and where it is (waiting in what, since when)."""
     stall_began: float | None
-    """time.time() of the oldest call still pending on any rank."""
+    """time.time() of the oldest call still pending (or that raised) on a live rank: when the
+    incident began."""
     reported_at: float | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -142,9 +144,23 @@ def _short(path: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
+def _label(file: str, line: int) -> str:
+    """The comment at the end of the call's source line, if the file is here to read."""
+    text = linecache.getline(file, line)
+    if "#" not in text:
+        return ""
+    return text.split("#", 1)[1].strip().split("  ")[0][:60]
+
+
 def _where(rec: Record) -> str:
     file, line, func = rec.callsite
-    return f"{_short(file)}:{line} ({func})"
+    label = _label(file, line)
+    return f"{_short(file)}:{line} ({func}{': ' + label if label else ''})"
+
+
+def _group(name: str) -> str:
+    # torch names the default group "0" and later groups "1", "2", ... in creation order.
+    return "the default group" if name == "0" else f"process group {name!r}"
 
 
 def _site(rec: Record) -> tuple[str, int, str]:
@@ -223,7 +239,7 @@ def analyze(
         for d in dumps
         if d.state is RankState.ALIVE
         for x in d.records
-        if x.t_done is None and x.error is None
+        if x.t_done is None  # pending, or failed (a call that raised ends an incident too)
     ]
     return Report(
         run_id=dumps[0].run_id,
@@ -280,7 +296,7 @@ def _classify(
     x = present[rs[0]]
     sites = {r: _where(present[r]) for r in present}
     t = min(v.t_issue for v in present.values())
-    head = f"at sequence {s} on process group {g.name!r}"
+    head = f"at sequence {s} on {_group(g.name)}"
     base = dict(group=g.name, seq=s, ranks=odd, others=sorted(majority), callsites=sites, t_issue=t)
     # (c) ahead: the odd rank's call at s is the majority's at s + k (it skipped k calls) ...
     for k in range(1, SHIFT_LOOKAHEAD + 1):
@@ -375,7 +391,12 @@ def _dead_ranks(
         d = dumps.get(r)
         if d is not None and d.state is RankState.ALIVE:
             continue
-        state = "unknown (no heartbeat ever)" if d is None else str(d.state)
+        if d is None:
+            state = "never sent a heartbeat"
+        elif d.state is RankState.EXITED:
+            state = "its process ended or it stopped tracing"
+        else:
+            state = f"{d.reason or 'heartbeat stopped'}: killed or crashed"
         last = d.records[-1] if d is not None and d.records else None
         if d is not None and d.state is RankState.UNKNOWN:
             continue  # alive but silent: the frontier explains it
@@ -385,7 +406,7 @@ def _dead_ranks(
             if last is not None
             else "no record"
         )
-        verb = "exited" if d is not None and d.state is RankState.EXITED else "is dead"
+        verb = "exited" if d is not None and d.state is RankState.EXITED else "died"
         summary = f"(e) rank {r} {verb} ({state}) while {rank_list(waiting or failed)} waited; {lastline}."
         out.append(
             Finding(
@@ -491,7 +512,10 @@ def _peer_position(d: RankDump) -> str:
         return f"waiting {wait:.1f} s in {x.describe()} at {_where(x)}"
     if d.records:
         x = d.records[-1]
-        return f"not in any call (its last, {x.op} at {_where(x)}, ended {d.published_at - (x.t_done or x.t_issue):.1f} s earlier)"
+        if x.error is not None:
+            return f"out of its last call, {x.op} at {_where(x)}, which raised {x.error[:160]}"
+        ago = d.published_at - (x.t_done or x.t_issue)
+        return f"not in any call (its last, {x.op} at {_where(x)}, ended {ago:.1f} s earlier)"
     return "not in any call"
 
 
@@ -515,7 +539,7 @@ def _stuck(groups: dict[str, list[int]], dumps: dict[int, RankDump]) -> list[Fin
         waits = {r: dumps[r].published_at - x.t_issue for r, x in at_s.items()}
         wait_text = ", ".join(f"rank {r} {w:.1f} s" for r, w in sorted(waits.items()))
         x0 = next(iter(at_s.values()))
-        head = f"at sequence {s} on process group {name!r}"
+        head = f"at sequence {s} on {_group(name)}"
         if not absent:
             last = min(waits, key=lambda r: waits[r])
             summary = (
@@ -532,9 +556,10 @@ def _stuck(groups: dict[str, list[int]], dumps: dict[int, RankDump]) -> list[Fin
                 for r in absent
             )
             summary = (
-                f"(d) {rank_list(at_s)} wait in {x0.describe()} at {_where(x0)} {head} ({wait_text}) for "
-                f"{rank_list(absent)}, which never issued it: {why}. A straggler, or a rank stuck outside "
-                "collectives."
+                f"(d) {rank_list(at_s)} {'waits' if len(at_s) == 1 else 'wait'} in {x0.describe()} "
+                f"at {_where(x0)} {head} ({wait_text}) for {rank_list(absent)}, which "
+                f"{'has' if len(absent) == 1 else 'have'} not issued it: {why}. A straggler, or a "
+                "rank stuck outside collectives."
             )
             ranks = absent
         out.append(

@@ -47,10 +47,8 @@ class TraceConfig:
     tick_s: float | None = None
     """How often the watchdog looks; None: stall_s / 10, at most 0.5 s."""
     heartbeat_s: float = 1.0
-    """Longest time between two heartbeats (each carries the rank's newest records)."""
-    publish_min_interval_s: float = 0.05
-    """After a new call, the heartbeat goes out at most this soon (bounds store traffic while
-    letting a rank that aborts a few tens of ms after its last call leave that call behind)."""
+    """Longest time between two heartbeats (each carries the rank's newest records; a rank
+    with new calls sends one every tick)."""
     publish_novel_calls: int = 256
     """The first this many distinct (call site, arguments) pairs of a rank are published
     synchronously before they are issued (a store round trip, ~0.1 ms, once each): a rank that
@@ -82,10 +80,6 @@ class TraceConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
                 raise TracerError(f"{name} must be > 0 seconds, got {value!r}")
-        if not self.publish_min_interval_s >= 0:
-            raise TracerError(
-                f"publish_min_interval_s must be >= 0 seconds, got {self.publish_min_interval_s!r}"
-            )
         if self.tick_s is not None and not self.tick_s > 0:
             raise TracerError(f"tick_s must be None or > 0 seconds, got {self.tick_s!r}")
         if self.dead_after_s <= self.heartbeat_s:

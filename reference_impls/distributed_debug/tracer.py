@@ -228,8 +228,11 @@ class Tracer:
         self.only_group = None if group is None else self._group_name(group)
         self._ring: collections.deque[Record] = collections.deque(maxlen=self.config.ring_size)
         self._issued = 0
+        # The ring is appended to by the calling thread and copied by the watchdog: both are
+        # single C-level deque operations under the GIL, so no lock on the hot path. Async
+        # calls (rare) are tracked in a side list the watchdog polls.
         self._lock = threading.Lock()
-        self._pending: set[Record] = set()
+        self._async: list[Record] = []
         self._seq: dict[str, int] = {}
         self._p2p_seq: dict[tuple[str, int, str, int], int] = {}
         self._groups: dict[int, _GroupInfo | None] = {}
@@ -237,7 +240,7 @@ class Tracer:
         self._internal: dict[CodeType, bool] = {}
         self._seen: set[tuple[CallSite, tuple[Any, ...]]] = set()
         self.host = socket.gethostname()
-        self.wake = threading.Event()  # set on every new record: the watchdog publishes soon
+        self.wake = threading.Event()  # stops the watchdog's wait early (stop, busy store)
         from reference_impls.distributed_debug.watchdog import Watchdog, open_store
 
         self.store = open_store(store, self.config.store_timeout_s)
@@ -285,10 +288,8 @@ class Tracer:
     # --- recording ---
 
     def _add(self, rec: Record) -> None:
-        with self._lock:
-            self._ring.append(rec)
-            self._pending.add(rec)
-            self._issued += 1
+        self._ring.append(rec)
+        self._issued += 1
         novel = (rec.callsite, rec.signature())
         if novel not in self._seen and len(self._seen) < self.config.publish_novel_calls:
             # A call this rank has not made before (new line or new arguments) is published
@@ -297,20 +298,19 @@ class Tracer:
             # watchdog's next heartbeat. Steady-state loops repeat known calls: no cost there.
             self._seen.add(novel)
             self.watchdog.publish_now()
-        else:
-            self.wake.set()
+
+    def _track(self, rec: Record, work: Any) -> None:
+        rec.work = work
+        with self._lock:
+            self._async.append(rec)
 
     def _done(self, rec: Record, t: float) -> None:
         rec.t_done = t
         rec.work = None
-        with self._lock:
-            self._pending.discard(rec)
 
     def _fail(self, rec: Record, exc: BaseException) -> None:
         rec.error = f"{type(exc).__name__}: {str(exc)[:300]}"
         rec.work = None
-        with self._lock:
-            self._pending.discard(rec)
         self.watchdog.on_error(rec)
 
     def _collective(
@@ -343,7 +343,8 @@ class Tracer:
         )
         self._add(rec)
         async_op = bool(a.get("async_op", False))
-        on_gpu = any(isinstance(v, torch.Tensor) and v.is_cuda for v in a.values())
+        first = a.get("tensor", a.get("input", a.get("input_tensor")))
+        on_gpu = isinstance(first, torch.Tensor) and first.is_cuda
         if on_gpu and not async_op and "async_op" in names:
             # A blocking call on CUDA tensors returns once it is queued, not done: call it
             # async (torch's blocking path is exactly async + wait()) and keep the Work.
@@ -359,12 +360,12 @@ class Tracer:
         if on_gpu and not async_op and "async_op" in names:
             if work is not None:
                 work.wait()
-                rec.work = work
+                self._track(rec, work)
             else:
                 self._done(rec, time.time())
             return None
         if async_op and work is not None:
-            rec.work = work
+            self._track(rec, work)
         else:
             self._done(rec, time.time())
         return work
@@ -414,7 +415,7 @@ class Tracer:
         finally:
             _LOCAL.busy = False
         if name in ("isend", "irecv") and result is not None:
-            rec.work = result
+            self._track(rec, result)
         else:
             self._done(rec, time.time())
         return result
@@ -452,11 +453,11 @@ class Tracer:
         finally:
             _LOCAL.busy = False
         if works and len(works) == len(recs):
-            for rec, work in zip(recs, works):
-                rec.work = work
+            for rec, work in zip(recs, works, strict=True):
+                self._track(rec, work)
         elif works:  # coalesced backends (NCCL) return one Work for the whole batch
             for rec in recs:
-                rec.work = works[-1]
+                self._track(rec, works[-1])
         else:
             for rec in recs:
                 self._done(rec, time.time())
@@ -494,8 +495,9 @@ class Tracer:
     def poll_works(self) -> None:
         """Mark async calls whose Work finished as done (called by the watchdog)."""
         with self._lock:
-            waiting = [r for r in self._pending if r.work is not None]
+            waiting, self._async = self._async, []
         now = time.time()
+        still = []
         for rec in waiting:
             work = rec.work
             if work is None:
@@ -507,20 +509,24 @@ class Tracer:
                 finished = True
             if finished:
                 self._done(rec, now)
+            else:
+                still.append(rec)
+        with self._lock:
+            self._async[:0] = still
 
     def snapshot(self, last: int | None = None) -> tuple[list[Record], int]:
         """(records oldest first, how many fell out of the ring before them)."""
-        with self._lock:
-            records = list(self._ring)
-            issued = self._issued
+        issued = self._issued
+        records = list(self._ring)  # one C-level copy: atomic under the GIL
         if last is not None:
             records = records[-last:]
-        return records, issued - len(records)
+        return records, max(0, issued - len(records))
 
     def oldest_pending(self) -> Record | None:
-        with self._lock:
-            pending = [r for r in self._pending if r.error is None]
-        return min(pending, key=lambda r: r.t_issue) if pending else None
+        for rec in list(self._ring):  # issue order: the first pending one is the oldest
+            if rec.t_done is None and rec.error is None:
+                return rec
+        return None
 
     def dump(
         self, state: RankState = RankState.ALIVE, *, last: int | None = None, reason: str = ""

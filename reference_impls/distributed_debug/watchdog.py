@@ -3,9 +3,9 @@
 The collectives themselves are stuck when a report is needed, so everything here goes through
 the job's rendezvous key-value store (``torch.distributed.Store``), on a client of its own:
 
-* every rank's heartbeat ``hb/<rank>`` (its newest records, at most ``heartbeat_s`` old and
-  re-sent ``publish_min_interval_s`` after a new call), so a rank killed with SIGKILL or
-  aborted by the backend is still known with its last calls;
+* every rank's heartbeat ``hb/<rank>`` (its newest records; sent each tick when there are new
+  calls, else every ``heartbeat_s``, and before each call this rank has never made before),
+  so a rank killed with SIGKILL or aborted by the backend is still known with its last calls;
 * a rank whose oldest pending call is older than ``stall_s`` (or whose call raised) claims
   ``trigger`` with ``compare_set``: exactly one rank becomes the reporter;
 * on seeing the trigger every live rank publishes its whole ring under ``records/<rank>``;
@@ -148,6 +148,7 @@ class Watchdog:
         tick = cfg.tick
         while not self._stop.is_set():
             self.tracer.wake.wait(tick)
+            self.tracer.wake.clear()
             if self._stop.is_set():
                 break
             try:
@@ -160,14 +161,10 @@ class Watchdog:
                     file=sys.stderr,
                 )
                 return
-            # Rate-limit: after a publication, new calls wake us no sooner than this.
-            if cfg.publish_min_interval_s:
-                self._stop.wait(cfg.publish_min_interval_s)
 
     def _tick(self) -> None:
         now = time.time()
         tracer = self.tracer
-        self.tracer.wake.clear()
         tracer.poll_works()
         self._heartbeat(now)
         if self._reported:
@@ -216,7 +213,8 @@ class Watchdog:
         claim = json.dumps({"rank": self.tracer.rank, "reason": reason, "t": time.time()})
         got = self.store.compare_set("trigger", "", claim)
         got = got.decode() if isinstance(got, bytes) else str(got)
-        self._publish_records(reason)
+        if not self._published_records:
+            self._publish_records(reason)
         if got == claim:
             self._report(reason)
         else:
@@ -274,7 +272,10 @@ class Watchdog:
                 for r, (hb, dead) in stale.items():
                     if hb is not None:
                         hb.state = RankState.DEAD if dead else RankState.UNKNOWN
-                        hb.reason = "last heartbeat" if dead else "alive but published nothing"
+                        age = time.time() - hb.published_at
+                        hb.reason = (
+                            f"no heartbeat for {age:.1f} s" if dead else "alive but published nothing"
+                        )
                         found[r] = hb
                 break
             time.sleep(min(0.05, cfg.tick))

@@ -1,0 +1,180 @@
+"""What the tracer costs: per call, per record, and from a stall to its report.
+
+Run inside ranks started by ``reference_impls.collectives.launch`` (the asv benchmarks in
+suites/benchmarks/bench_distributed_debug.py and ``python -m
+reference_impls.distributed_debug.bench`` do)::
+
+    python -m reference_impls.distributed_debug.bench --calls 200 --rounds 7
+
+* :func:`per_call_times`: rounds of ``calls`` back-to-back ``dist.all_reduce`` of ``nbytes``,
+  alternating untraced (torch's own functions, restored) and traced rounds in one process, so
+  both see the same machine noise; a round's time is this rank's, after a barrier lines the
+  ranks up. ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` must be set before the group starts: the same
+  function in a launch with that environment measures it, in the same benchmark run.
+* :func:`bytes_per_record`: tracemalloc over a full ring of realistic records.
+* :func:`stall_to_report`: one straggler scenario; seconds from the pending call's issue to the
+  written report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from reference_impls.distributed_debug.config import DEFAULT_RING_SIZE, TraceConfig
+from reference_impls.distributed_debug.records import Record
+from reference_impls.distributed_debug.tracer import install, uninstall
+
+__all__ = ["bytes_per_record", "per_call_times", "stall_to_report", "wrapper_overhead"]
+
+MODES = ("untraced", "traced")
+
+
+def per_call_times(
+    rank: int, world: int, nbytes: int, calls: int, rounds: int, modes: tuple[str, ...] = MODES
+) -> dict[str, list[float]]:
+    """Seconds per all_reduce call, one entry per round, for each mode (alternating rounds).
+
+    The tracer is installed once; an untraced round calls torch's original function directly
+    (the wrapper is bypassed entirely), a traced round goes through ``dist.all_reduce``.
+    """
+    from reference_impls.distributed_debug import tracer as tracer_module
+
+    x = torch.ones(max(1, nbytes // 4), dtype=torch.float32)  # (nbytes / 4,)
+    out: dict[str, list[float]] = {m: [] for m in modes}
+    tracer = None
+    if "traced" in modes:
+        config = TraceConfig(
+            stall_s=60.0, report_dir=Path(tempfile.gettempdir()) / "distdebug-bench"
+        )
+        tracer = install(config)
+    original = tracer_module._ORIGINALS.get("all_reduce", dist.all_reduce)
+    fns = {"untraced": original, "traced": dist.all_reduce}
+    for _ in range(3):  # warm-up: connections, allocator, the tracer's caches
+        dist.all_reduce(x)
+    for _ in range(rounds):
+        for mode in modes:
+            fn = fns[mode]
+            original(torch.zeros(1))  # line the ranks up (untraced, so sequences stay equal)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn(x)
+            out[mode].append((time.perf_counter() - t0) / calls)
+            x.fill_(1.0)  # keep the values finite across rounds
+    if tracer is not None:
+        uninstall(restore_functions=True)
+    return out
+
+
+def wrapper_overhead(calls: int = 2000, rounds: int = 15) -> dict[str, float]:
+    """Median seconds per 1-element all_reduce on a 1-rank gloo group, traced and untraced:
+    the tracer's own CPU cost without network noise (run in a fresh process)."""
+    import datetime as dt
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=dt.timedelta(seconds=30))
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        got = per_call_times(0, 1, 4, calls, rounds)
+    finally:
+        dist.destroy_process_group()
+    return {m: statistics.median(v) for m, v in got.items()}
+
+
+def bytes_per_record(n: int = DEFAULT_RING_SIZE) -> float:
+    """Bytes held per record in a full ring (tracemalloc, records like an all_reduce's)."""
+    import collections
+
+    site = (__file__, 123, "train_step")  # interned strings, as from a code object
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    ring: collections.deque[Record] = collections.deque(maxlen=n)
+    for i in range(n):
+        ring.append(
+            Record(
+                seq=i,
+                op="all_reduce",
+                group="0",
+                shapes=((1024, 1024 + i % 3),),
+                dtypes=("float32",),
+                reduce_op="sum",
+                peer=None,
+                callsite=(site[0], site[1] + i % 5, site[2]),
+                t_issue=time.time(),
+                t_done=time.time(),
+            )
+        )
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return (after - before) / n
+
+
+def _straggler(rank: int, world: int, stall_s: float, report_dir: str) -> None:
+    from reference_impls.distributed_debug.scenarios import run_scenario
+
+    config = TraceConfig(
+        stall_s=stall_s,
+        heartbeat_s=0.25,
+        dead_after_s=1.0,
+        collect_s=0.5,
+        report_dir=Path(report_dir),
+        exit_code_after_report=17,
+    )
+    run_scenario(rank, world, "straggler", config)
+
+
+def stall_to_report(stall_s: float = 1.0) -> float:
+    """Seconds from the stuck call's issue to the report, 2 gloo ranks (straggler scenario)."""
+    from reference_impls.collectives import LaunchConfig, LaunchError, launch
+
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            launch(_straggler, stall_s, d, config=LaunchConfig(world_size=2, timeout_s=60, grace_s=10))
+        except LaunchError:
+            pass  # every rank exits with code 17 after the report
+        report = json.loads((Path(d) / "report.json").read_text())
+    return float(report["reported_at"] - report["stall_began"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from reference_impls.collectives import LaunchConfig, launch
+
+    p = argparse.ArgumentParser(prog="python -m reference_impls.distributed_debug.bench")
+    p.add_argument("--calls", type=int, default=200, help="all_reduce calls per round (default 200)")
+    p.add_argument("--rounds", type=int, default=7, help="rounds per mode (default 7)")
+    p.add_argument("--sizes", default="1024,1048576", help="bytes, comma-separated")
+    args = p.parse_args(argv)
+    print("mode           bytes    median us/call  (2 gloo ranks, rank 0's rounds)")
+    for nbytes in (int(s) for s in args.sizes.split(",")):
+        cfg = LaunchConfig(world_size=2, timeout_s=600)
+        got = launch(per_call_times, nbytes, args.calls, args.rounds, config=cfg)[0]
+        detail_cfg = LaunchConfig(world_size=2, timeout_s=600, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+        det = launch(per_call_times, nbytes, args.calls, args.rounds, ("untraced",), config=detail_cfg)[0]
+        med = {m: statistics.median(v) * 1e6 for m, v in got.items()}
+        med["DETAIL"] = statistics.median(det["untraced"]) * 1e6
+        for mode, us in med.items():
+            print(f"{mode:<12} {nbytes:>9} {us:>12.1f}")
+        added, detail_added = med["traced"] - med["untraced"], med["DETAIL"] - med["untraced"]
+        # (noisy on a shared machine: see wrapper_overhead for the tracer's own cost)
+        ratio = detail_added / added if added > 0 else float("inf")
+        print(f"  tracer adds {added:.1f} us/call; DETAIL adds {detail_added:.1f} us/call ({ratio:.0f}x)")
+    one = wrapper_overhead()
+    print(
+        f"1-rank gloo all_reduce: untraced {one['untraced'] * 1e6:.1f} us, traced "
+        f"{one['traced'] * 1e6:.1f} us: the tracer adds {(one['traced'] - one['untraced']) * 1e6:.1f} us"
+    )
+    print(f"bytes per record: {bytes_per_record():.0f} (ring of {DEFAULT_RING_SIZE})")
+    print(f"stall (1 s threshold) to report: {stall_to_report(1.0):.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
