@@ -137,7 +137,9 @@ def stall_to_report(stall_s: float = 1.0) -> float:
 
     with tempfile.TemporaryDirectory() as d:
         try:
-            launch(_straggler, stall_s, d, config=LaunchConfig(world_size=2, timeout_s=60, grace_s=10))
+            launch(
+                _straggler, stall_s, d, config=LaunchConfig(world_size=2, timeout_s=60, grace_s=10)
+            )
         except LaunchError:
             pass  # every rank exits with code 17 after the report
         report = json.loads((Path(d) / "report.json").read_text())
@@ -148,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     from reference_impls.collectives import LaunchConfig, launch
 
     p = argparse.ArgumentParser(prog="python -m reference_impls.distributed_debug.bench")
-    p.add_argument("--calls", type=int, default=200, help="all_reduce calls per round (default 200)")
+    p.add_argument(
+        "--calls", type=int, default=200, help="all_reduce calls per round (default 200)"
+    )
     p.add_argument("--rounds", type=int, default=7, help="rounds per mode (default 7)")
     p.add_argument("--sizes", default="1024,1048576", help="bytes, comma-separated")
     args = p.parse_args(argv)
@@ -156,8 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     for nbytes in (int(s) for s in args.sizes.split(",")):
         cfg = LaunchConfig(world_size=2, timeout_s=600)
         got = launch(per_call_times, nbytes, args.calls, args.rounds, config=cfg)[0]
-        detail_cfg = LaunchConfig(world_size=2, timeout_s=600, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
-        det = launch(per_call_times, nbytes, args.calls, args.rounds, ("untraced",), config=detail_cfg)[0]
+        detail_cfg = LaunchConfig(
+            world_size=2, timeout_s=600, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+        )
+        det = launch(
+            per_call_times, nbytes, args.calls, args.rounds, ("untraced",), config=detail_cfg
+        )[0]
         med = {m: statistics.median(v) * 1e6 for m, v in got.items()}
         med["DETAIL"] = statistics.median(det["untraced"]) * 1e6
         for mode, us in med.items():
@@ -165,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         added, detail_added = med["traced"] - med["untraced"], med["DETAIL"] - med["untraced"]
         # (noisy on a shared machine: see wrapper_overhead for the tracer's own cost)
         ratio = detail_added / added if added > 0 else float("inf")
-        print(f"  tracer adds {added:.1f} us/call; DETAIL adds {detail_added:.1f} us/call ({ratio:.0f}x)")
+        print(
+            f"  tracer adds {added:.1f} us/call; DETAIL adds {detail_added:.1f} us/call ({ratio:.0f}x)"
+        )
     one = wrapper_overhead()
     print(
         f"1-rank gloo all_reduce: untraced {one['untraced'] * 1e6:.1f} us, traced "

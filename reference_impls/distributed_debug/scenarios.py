@@ -22,7 +22,7 @@ from reference_impls.distributed_debug import validate
 from reference_impls.distributed_debug.config import TraceConfig
 from reference_impls.distributed_debug.tracer import trace_collectives
 
-__all__ = ["SCENARIOS", "healthy_mixed", "run_scenario"]
+__all__ = ["SCENARIOS", "healthy_mixed", "run_scenario", "traced_healthy", "uneven_steps"]
 
 
 def _warmup() -> None:
@@ -89,7 +89,7 @@ def unmatched_p2p(rank: int, world: int) -> None:
         dist.send(x, dst=1)  # hand-off to rank 1
         dist.all_reduce(x)  # step
     elif rank == 1:
-        dist.all_reduce(x)  # step
+        dist.all_reduce(x)  # step, then the receive
         dist.recv(x, src=0)  # hand-off from rank 0
     else:
         dist.all_reduce(x)
@@ -151,7 +151,7 @@ def healthy_mixed(rank: int, world: int, rounds: int = 20) -> str:
     return h.hexdigest()
 
 
-SCENARIOS: dict[str, Callable[[int, int], Any]] = {
+SCENARIOS: dict[str, Callable[..., Any]] = {
     "seed": seed,
     "op_mismatch": op_mismatch,
     "argument_mismatch": argument_mismatch,
@@ -163,13 +163,43 @@ SCENARIOS: dict[str, Callable[[int, int], Any]] = {
 }
 
 
+def traced_healthy(rank: int, world: int, config: TraceConfig, rounds: int) -> tuple[str, int, int]:
+    """:func:`healthy_mixed` under the tracer: (digest, calls recorded, calls left pending)."""
+    with trace_collectives(config=config) as tracer:
+        digest = healthy_mixed(rank, world, rounds)
+        dist.barrier()  # every async call's Work is complete once all ranks are here
+        tracer.poll_works()
+        records, dropped = tracer.snapshot()
+        pending = [r for r in records if r.t_done is None]
+    return digest, len(records) + dropped, len(pending)
+
+
+def uneven_steps(rank: int, world: int) -> str:
+    """check_equal_steps on the seed's uneven split, then on an even one: the error (or "")."""
+    from reference_impls.distributed_debug.guards import UnevenStepsError, check_equal_steps
+
+    check_equal_steps(3, what="validation batches")  # equal: passes
+    try:
+        check_equal_steps(
+            len(validate.batches(validate.shard(rank, world))), what="validation batches"
+        )
+    except UnevenStepsError as exc:
+        return str(exc)
+    return ""
+
+
 def run_scenario(
-    rank: int, world: int, name: str, config: TraceConfig | None = None, trace: bool = True
+    rank: int,
+    world: int,
+    name: str,
+    config: TraceConfig | None = None,
+    trace: bool = True,
+    **kwargs: Any,
 ) -> Any:
-    """Run scenario ``name`` on this rank, traced (the default) or not."""
+    """Run scenario ``name`` on this rank, traced (the default) or not; ``kwargs`` go to it."""
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     if not trace:
-        return SCENARIOS[name](rank, world)
+        return SCENARIOS[name](rank, world, **kwargs)
     with trace_collectives(config=config):
-        return SCENARIOS[name](rank, world)
+        return SCENARIOS[name](rank, world, **kwargs)

@@ -72,7 +72,7 @@ def validate(rank: int, world: int, fix: str | None = None) -> tuple[float, floa
                 totals += metric
                 sync(metric)  # per-batch metric (joinable)
                 running = float(metric[0] / metric[1])
-        dist.all_reduce(totals)  # epoch totals
+        dist.all_reduce(totals)  # epoch totals, under Join
         return float(totals[0] / totals[1]), running
     for start in range(0, len(idx), BATCH):
         b = idx[start : start + BATCH]

@@ -274,7 +274,9 @@ class Watchdog:
                         hb.state = RankState.DEAD if dead else RankState.UNKNOWN
                         age = time.time() - hb.published_at
                         hb.reason = (
-                            f"no heartbeat for {age:.1f} s" if dead else "alive but published nothing"
+                            f"no heartbeat for {age:.1f} s"
+                            if dead
+                            else "alive but published nothing"
                         )
                         found[r] = hb
                 break

@@ -34,10 +34,16 @@ def _records(seq, pending_last=True):
     for i, (op, shape, line) in enumerate(seq):
         out.append(
             Record(
-                seq=i, op=op, group="0", shapes=(shape,) if shape else (),
-                dtypes=("float32",) if shape else (), reduce_op="sum" if op == "all_reduce" else None,
-                peer=0 if op == "broadcast" else None, callsite=("/job/loop.py", line, "step"),
-                t_issue=1000.0 + i, t_done=None if pending_last and i == len(seq) - 1 else 1000.5 + i,
+                seq=i,
+                op=op,
+                group="0",
+                shapes=(shape,) if shape else (),
+                dtypes=("float32",) if shape else (),
+                reduce_op="sum" if op == "all_reduce" else None,
+                peer=0 if op == "broadcast" else None,
+                callsite=("/job/loop.py", line, "step"),
+                t_issue=1000.0 + i,
+                t_done=None if pending_last and i == len(seq) - 1 else 1000.5 + i,
             )
         )
     return out
@@ -80,15 +86,21 @@ def test_the_first_divergence_and_the_odd_rank_are_found(common, world, data, ki
     cut = first + 3
     dumps = [
         RankDump(
-            run_id="prop", rank=r, world_size=world, state=RankState.ALIVE,
-            published_at=2000.0, groups={"0": list(range(world))},
+            run_id="prop",
+            rank=r,
+            world_size=world,
+            state=RankState.ALIVE,
+            published_at=2000.0,
+            groups={"0": list(range(world))},
             records=_records((mutated if r == victim else common)[:cut]),
         )
         for r in range(world)
     ]
     report = analyze(dumps)
     f = report.primary
-    assert f.kind in (Kind.OP_MISMATCH, Kind.ARGUMENT_MISMATCH, Kind.SKIPPED_OR_EXTRA), report.findings
+    assert f.kind in (Kind.OP_MISMATCH, Kind.ARGUMENT_MISMATCH, Kind.SKIPPED_OR_EXTRA), (
+        report.findings
+    )
     assert f.seq == first
     if world >= 3:
         assert f.ranks == [victim]
@@ -104,8 +116,13 @@ def test_the_first_divergence_and_the_odd_rank_are_found(common, world, data, ki
 def test_identical_sequences_never_report_a_divergence(common, world):
     dumps = [
         RankDump(
-            run_id="prop", rank=r, world_size=world, state=RankState.ALIVE, published_at=2000.0,
-            groups={"0": list(range(world))}, records=_records(common, pending_last=False),
+            run_id="prop",
+            rank=r,
+            world_size=world,
+            state=RankState.ALIVE,
+            published_at=2000.0,
+            groups={"0": list(range(world))},
+            records=_records(common, pending_last=False),
         )
         for r in range(world)
     ]

@@ -10,22 +10,60 @@ from reference_impls.distributed_debug.records import RankDump, RankState, Recor
 T0 = 1_000_000.0
 
 
-def rec(seq, op="all_reduce", shape=(4,), line=10, *, done=True, dtype="float32", redop="sum",
-        peer=None, p2p=False, tag=0, t=None, group="0", error=None):
+def rec(
+    seq,
+    op="all_reduce",
+    shape=(4,),
+    line=10,
+    *,
+    done=True,
+    dtype="float32",
+    redop="sum",
+    peer=None,
+    p2p=False,
+    tag=0,
+    t=None,
+    group="0",
+    error=None,
+):
     t_issue = T0 + seq if t is None else t
     return Record(
-        seq=seq, op=op, group=group, shapes=(shape,) if shape else (), dtypes=(dtype,) if shape else (),
-        reduce_op=redop if op in ("all_reduce", "reduce") else None, peer=peer,
-        callsite=("/job/train.py", line, "step"), t_issue=t_issue,
-        t_done=t_issue + 0.001 if done else None, p2p=p2p, tag=tag, error=error,
+        seq=seq,
+        op=op,
+        group=group,
+        shapes=(shape,) if shape else (),
+        dtypes=(dtype,) if shape else (),
+        reduce_op=redop if op in ("all_reduce", "reduce") else None,
+        peer=peer,
+        callsite=("/job/train.py", line, "step"),
+        t_issue=t_issue,
+        t_done=t_issue + 0.001 if done else None,
+        p2p=p2p,
+        tag=tag,
+        error=error,
     )
 
 
-def dump(rank, records, world, *, state=RankState.ALIVE, published_at=T0 + 100, run_id="r1",
-         dropped=0, groups=None):
+def dump(
+    rank,
+    records,
+    world,
+    *,
+    state=RankState.ALIVE,
+    published_at=T0 + 100,
+    run_id="r1",
+    dropped=0,
+    groups=None,
+):
     return RankDump(
-        run_id=run_id, rank=rank, world_size=world, state=state, published_at=published_at,
-        groups=groups or {"0": list(range(world))}, records=records, dropped=dropped,
+        run_id=run_id,
+        rank=rank,
+        world_size=world,
+        state=state,
+        published_at=published_at,
+        groups=groups or {"0": list(range(world))},
+        records=records,
+        dropped=dropped,
     )
 
 
@@ -34,8 +72,15 @@ def seq_of(*specs, pending_last=True):
     out = []
     for i, spec in enumerate(specs):
         op, line, *shape = spec
-        out.append(rec(i, op, shape[0] if shape else (4,), line,
-                       done=not (pending_last and i == len(specs) - 1)))
+        out.append(
+            rec(
+                i,
+                op,
+                shape[0] if shape else (4,),
+                line,
+                done=not (pending_last and i == len(specs) - 1),
+            )
+        )
     return out
 
 
@@ -51,7 +96,11 @@ def test_a_different_op_at_the_same_sequence_number_is_class_a():
 
 @pytest.mark.parametrize(
     ("change", "word"),
-    [({"shape": (8,)}, "shapes"), ({"dtype": "float64"}, "dtypes"), ({"redop": "max"}, "reduce op")],
+    [
+        ({"shape": (8,)}, "shapes"),
+        ({"dtype": "float64"}, "dtypes"),
+        ({"redop": "max"}, "reduce op"),
+    ],
 )
 def test_b_same_op_with_different_arguments_is_class_b_naming_what_differs(change, word):
     r = [seq_of(("all_reduce", 10), ("all_reduce", 11)) for _ in range(3)]
@@ -66,10 +115,12 @@ def test_c_the_seed_scenario_names_rank_3_at_sequence_6_with_both_call_sites_and
     # broadcast, 3 training all-reduces, then per-batch (line 85) x3 and epoch (line 87);
     # rank 3 has 2 batches, its epoch all-reduce paired with the others' third batch one.
     common = [("broadcast", 60), ("all_reduce", 64), ("all_reduce", 64), ("all_reduce", 64)]
-    full = seq_of(*common, ("all_reduce", 85), ("all_reduce", 85), ("all_reduce", 85),
-                  ("all_reduce", 87))
-    short = seq_of(*common, ("all_reduce", 85), ("all_reduce", 85), ("all_reduce", 87),
-                   ("barrier", 103, None))
+    full = seq_of(
+        *common, ("all_reduce", 85), ("all_reduce", 85), ("all_reduce", 85), ("all_reduce", 87)
+    )
+    short = seq_of(
+        *common, ("all_reduce", 85), ("all_reduce", 85), ("all_reduce", 87), ("barrier", 103, None)
+    )
     report = analyze([dump(r, full, 4) for r in range(3)] + [dump(3, short, 4)])
     f = report.primary
     assert (f.kind, f.seq, f.ranks, f.others) == (Kind.SKIPPED_OR_EXTRA, 6, [3], [0, 1, 2])
@@ -178,7 +229,9 @@ def test_same_call_from_different_lines_without_a_shift_is_only_a_note():
 def test_dumps_from_two_runs_are_refused_naming_both():
     from reference_impls.distributed_debug.records import check_same_run
 
-    with pytest.raises(RecordsError, match=r"2 different runs .*run r1: ranks \[0\].*run r2: ranks \[1\]"):
+    with pytest.raises(
+        RecordsError, match=r"2 different runs .*run r1: ranks \[0\].*run r2: ranks \[1\]"
+    ):
         check_same_run([dump(0, [], 2), dump(1, [], 2, run_id="r2")])
 
 

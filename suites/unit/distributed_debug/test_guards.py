@@ -21,7 +21,9 @@ def test_every_rank_gets_the_same_count_and_every_sample_exactly_once_unpadded(l
 
 def test_the_seed_split_is_uneven_and_the_padded_one_is_not():
     assert [len(batches(shard(r, 4))) for r in range(4)] == [3, 3, 3, 2]
-    assert [len(batches(PaddedEvenSampler(N_VAL, 4, r).indices, BATCH)) for r in range(4)] == [3] * 4
+    assert [len(batches(PaddedEvenSampler(N_VAL, 4, r).indices, BATCH)) for r in range(4)] == [
+        3
+    ] * 4
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, True, "3"])

@@ -20,16 +20,42 @@ from reference_impls.distributed_debug.records import (
 
 def _dump(rank, world=2, *, run_id="run-a", pending_op=None):
     recs = [
-        Record(seq=0, op="all_reduce", group="0", shapes=((4, 2),), dtypes=("float32",),
-               reduce_op="sum", peer=None, callsite=("/job/train.py", 10, "step"),
-               t_issue=1000.0, t_done=1000.5),
+        Record(
+            seq=0,
+            op="all_reduce",
+            group="0",
+            shapes=((4, 2),),
+            dtypes=("float32",),
+            reduce_op="sum",
+            peer=None,
+            callsite=("/job/train.py", 10, "step"),
+            t_issue=1000.0,
+            t_done=1000.5,
+        ),
     ]
     if pending_op:
-        recs.append(Record(seq=1, op=pending_op, group="0", shapes=((4,),), dtypes=("float32",),
-                           reduce_op=None, peer=0, callsite=("/job/train.py", 11, "step"),
-                           t_issue=1001.0))
-    return RankDump(run_id=run_id, rank=rank, world_size=world, state=RankState.ALIVE,
-                    published_at=1010.0, groups={"0": list(range(world))}, records=recs)
+        recs.append(
+            Record(
+                seq=1,
+                op=pending_op,
+                group="0",
+                shapes=((4,),),
+                dtypes=("float32",),
+                reduce_op=None,
+                peer=0,
+                callsite=("/job/train.py", 11, "step"),
+                t_issue=1001.0,
+            )
+        )
+    return RankDump(
+        run_id=run_id,
+        rank=rank,
+        world_size=world,
+        state=RankState.ALIVE,
+        published_at=1010.0,
+        groups={"0": list(range(world))},
+        records=recs,
+    )
 
 
 def test_a_dump_survives_json_exactly():
@@ -43,7 +69,10 @@ def test_a_dump_survives_json_exactly():
     ("mutate", "message"),
     [
         (lambda text: text[: len(text) // 2], "not valid JSON"),
-        (lambda text: text.replace(f'"format":{FORMAT_VERSION}', '"format":99'), "record format 99"),
+        (
+            lambda text: text.replace(f'"format":{FORMAT_VERSION}', '"format":99'),
+            "record format 99",
+        ),
         (lambda text: text.replace('"op":"all_reduce",', ""), "malformed record"),
         (lambda text: text.replace('"rank":1,', '"rank":5,'), "rank 5 outside world size 2"),
         (lambda text: "[1, 2]", "expected a JSON object"),
@@ -127,5 +156,7 @@ def test_the_stall_threshold_can_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("DISTDEBUG_STALL_S", "2.5")
     assert TraceConfig().stall_s == 2.5
     monkeypatch.setenv("DISTDEBUG_STALL_S", "soon")
-    with pytest.raises(TracerError, match="DISTDEBUG_STALL_S must be a number of seconds, got 'soon'"):
+    with pytest.raises(
+        TracerError, match="DISTDEBUG_STALL_S must be a number of seconds, got 'soon'"
+    ):
         TraceConfig()

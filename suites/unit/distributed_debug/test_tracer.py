@@ -29,7 +29,9 @@ def _config(tmp_path, **kw):
 
 
 def _line_of(marker: str) -> int:
-    src, start = inspect.getsourcelines(test_every_op_is_recorded_with_shapes_dtypes_and_the_callers_line)
+    src, start = inspect.getsourcelines(
+        test_every_op_is_recorded_with_shapes_dtypes_and_the_callers_line
+    )
     return start + next(i for i, line in enumerate(src) if marker in line)
 
 
@@ -52,13 +54,23 @@ def test_every_op_is_recorded_with_shapes_dtypes_and_the_callers_line(group, tmp
     records, dropped = tracer.snapshot()
     ops = [r.op for r in records]
     assert ops[:8] == [
-        "all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
-        "all_gather", "all_to_all_single", "gather", "barrier",
+        "all_reduce",
+        "broadcast",
+        "all_gather_into_tensor",
+        "reduce_scatter_tensor",
+        "all_gather",
+        "all_to_all_single",
+        "gather",
+        "barrier",
     ]
     assert [r.seq for r in records] == list(range(len(records))) and dropped == 0
     first = records[0]
     assert first.shapes == ((3, 2),) and first.dtypes == ("float32",) and first.reduce_op == "max"
-    assert first.callsite == (__file__, _line_of("marker-all-reduce"), inspect.currentframe().f_code.co_name)
+    assert first.callsite == (
+        __file__,
+        _line_of("marker-all-reduce"),
+        inspect.currentframe().f_code.co_name,
+    )
     assert records[1].peer == 0  # broadcast's root
     assert records[6].dtypes == ("int64",)
     # torch's all_gather_object calls all_gather twice: both are the user's line.
