@@ -8,6 +8,7 @@ demo and the distributed tests launch on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -22,7 +23,14 @@ from reference_impls.distributed_debug import validate
 from reference_impls.distributed_debug.config import TraceConfig
 from reference_impls.distributed_debug.tracer import trace_collectives
 
-__all__ = ["SCENARIOS", "healthy_mixed", "run_scenario", "traced_healthy", "uneven_steps"]
+__all__ = [
+    "SCENARIOS",
+    "healthy_mixed",
+    "ddp_steps",
+    "run_scenario",
+    "traced_healthy",
+    "uneven_steps",
+]
 
 
 def _warmup() -> None:
@@ -172,6 +180,47 @@ def traced_healthy(rank: int, world: int, config: TraceConfig, rounds: int) -> t
         records, dropped = tracer.snapshot()
         pending = [r for r in records if r.t_done is None]
     return digest, len(records) + dropped, len(pending)
+
+
+def ddp_steps(
+    rank: int, world: int, config: TraceConfig, steps: int = 3
+) -> tuple[str, str, list[str]]:
+    """A few DDP steps of a small MLP, untraced and then (same seeds, in the same process, so
+    torch's one-off import cost of DDP is paid once) traced through :func:`register_ddp_hook`:
+    (weights digest untraced, weights digest traced, the traced run's ops)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from reference_impls.distributed_debug.tracer import register_ddp_hook
+
+    def train(traced: bool) -> tuple[str, list[str]]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        ddp = DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + rank)
+        ops: list[str] = []
+        if traced:
+            register_ddp_hook(ddp)
+        with trace_collectives(config=config) if traced else contextlib.nullcontext() as tracer:
+            for _ in range(steps):
+                x, y = (
+                    torch.randn(4, 8, generator=g),
+                    torch.randn(4, 1, generator=g),
+                )  # (B, 8), (B, 1)
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(ddp(x), y).backward()  # backward: bucket all-reduce
+                opt.step()
+            if tracer is not None:
+                tracer.poll_works()
+                ops = [f"{r.op}:{r.t_done is not None}" for r in tracer.snapshot()[0]]
+        h = hashlib.sha256()
+        for p in model.parameters():
+            h.update(p.detach().numpy().tobytes())
+        return h.hexdigest(), ops
+
+    plain, _ = train(traced=False)
+    traced, ops = train(traced=True)
+    return plain, traced, ops
 
 
 def uneven_steps(rank: int, world: int) -> str:

@@ -691,7 +691,8 @@ def register_ddp_hook(model: torch.nn.parallel.DistributedDataParallel) -> None:
 
     group = model.process_group
 
-    def hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    # No annotations: DDP compares them with dist.GradBucket, and this module defers them.
+    def hook(state, bucket):
         tracer = _ACTIVE
         if tracer is None:
             return default_hooks.allreduce_hook(group, bucket)

@@ -21,6 +21,7 @@ import pytest
 from reference_impls.collectives import LaunchConfig, LaunchError, launch
 from reference_impls.distributed_debug import TraceConfig, scenarios, validate
 from reference_impls.distributed_debug.scenarios import (
+    ddp_steps,
     healthy_mixed,
     run_scenario,
     traced_healthy,
@@ -164,6 +165,16 @@ def test_a_healthy_run_of_2000_mixed_calls_gives_no_report_and_bit_identical_res
     assert len(set(plain)) == 4  # the digest covers rank-specific data: a real comparison
     assert [t[1:] for t in traced] == [(18 * rounds + 1, 0)] * 4  # + the closing barrier
     assert not (tmp_path / "report.json").exists()
+
+
+def test_ddp_gradient_buckets_are_traced_and_training_is_unchanged(tmp_path):
+    cfg = TraceConfig(stall_s=10.0, report_dir=tmp_path)
+    for plain, traced, ops in launch(
+        ddp_steps, cfg, config=LaunchConfig(world_size=2, timeout_s=180)
+    ):
+        assert traced == plain  # the same weights, bit for bit
+        # One bucket (the model is tiny) per step, each completed.
+        assert ops == ["ddp_bucket_all_reduce:True"] * 3, ops
 
 
 def test_check_equal_steps_names_every_ranks_count_on_every_rank():
