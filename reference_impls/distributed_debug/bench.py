@@ -40,7 +40,13 @@ MODES = ("untraced", "traced")
 
 
 def per_call_times(
-    rank: int, world: int, nbytes: int, calls: int, rounds: int, modes: tuple[str, ...] = MODES
+    rank: int,
+    world: int,
+    nbytes: int,
+    calls: int,
+    rounds: int,
+    modes: tuple[str, ...] = MODES,
+    device: str = "cpu",
 ) -> dict[str, list[float]]:
     """Seconds per all_reduce call, one entry per round, for each mode (alternating rounds).
 
@@ -49,7 +55,10 @@ def per_call_times(
     """
     from reference_impls.distributed_debug import tracer as tracer_module
 
-    x = torch.ones(max(1, nbytes // 4), dtype=torch.float32)  # (nbytes / 4,)
+    cuda = device == "cuda"
+    if cuda:
+        device = f"cuda:{torch.cuda.current_device()}"
+    x = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)  # (nbytes / 4,)
     out: dict[str, list[float]] = {m: [] for m in modes}
     tracer = None
     if "traced" in modes:
@@ -64,10 +73,14 @@ def per_call_times(
     for _ in range(rounds):
         for mode in modes:
             fn = fns[mode]
-            original(torch.zeros(1))  # line the ranks up (untraced, so sequences stay equal)
+            original(torch.zeros(1, device=device))  # line the ranks up (untraced)
+            if cuda:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn(x)
+            if cuda:
+                torch.cuda.synchronize()
             out[mode].append((time.perf_counter() - t0) / calls)
             x.fill_(1.0)  # keep the values finite across rounds
     if tracer is not None:

@@ -223,6 +223,22 @@ def ddp_steps(
     return plain, traced, ops
 
 
+def nccl_skipped(rank: int, world: int, config: TraceConfig) -> None:
+    """(c) on CUDA tensors: the last rank skips the second of three all-reduces. NCCL returns
+    to the CPU before the GPU is done; the tracer follows each call's Work."""
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    x = torch.ones(1024, device="cuda")
+    with trace_collectives(config=config):
+        dist.all_reduce(x)  # warm-up
+        for i in range(3):
+            if rank == world - 1 and i == 1:
+                continue
+            dist.all_reduce(x)  # per-item sync
+        dist.all_reduce(torch.ones(8, device="cuda"))  # after the loop
+        dist.barrier()  # end: blocks the CPU while the GPU hangs
+        torch.cuda.synchronize()
+
+
 def uneven_steps(rank: int, world: int) -> str:
     """check_equal_steps on the seed's uneven split, then on an even one: the error (or "")."""
     from reference_impls.distributed_debug.guards import UnevenStepsError, check_equal_steps

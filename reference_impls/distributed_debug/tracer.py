@@ -303,6 +303,14 @@ class Tracer:
         rec.work = work
         with self._lock:
             self._async.append(rec)
+            if len(self._async) > self.config.ring_size:
+                # Thousands of queued GPU calls between two ticks: settle the oldest here so
+                # the list (and the Works it holds) stays bounded by the ring size.
+                oldest = self._async.pop(0)
+                if oldest.work is not None and oldest.work.is_completed():
+                    self._done(oldest, time.time())
+                elif oldest.work is not None:
+                    self._async.insert(0, oldest)
 
     def _done(self, rec: Record, t: float) -> None:
         rec.t_done = t
