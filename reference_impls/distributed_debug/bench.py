@@ -34,7 +34,13 @@ from reference_impls.distributed_debug.config import DEFAULT_RING_SIZE, TraceCon
 from reference_impls.distributed_debug.records import Record
 from reference_impls.distributed_debug.tracer import install, uninstall
 
-__all__ = ["bytes_per_record", "per_call_times", "stall_to_report", "wrapper_overhead"]
+__all__ = [
+    "bytes_per_record",
+    "per_call_times",
+    "repeat_calls",
+    "stall_to_report",
+    "wrapper_overhead",
+]
 
 MODES = ("untraced", "traced")
 
@@ -86,6 +92,21 @@ def per_call_times(
     if tracer is not None:
         uninstall(restore_functions=True)
     return out
+
+
+def repeat_calls(rank: int, world: int, nbytes: int, calls: int, traced: bool) -> None:
+    """``calls`` all_reduces of ``nbytes``, under the tracer or not (one asv sample's body)."""
+    x = torch.ones(max(1, nbytes // 4), dtype=torch.float32)  # (nbytes / 4,)
+    if traced:
+        install(
+            TraceConfig(stall_s=60.0, report_dir=Path(tempfile.gettempdir()) / "distdebug-bench")
+        )
+    try:
+        for _ in range(calls):
+            dist.all_reduce(x)
+    finally:
+        if traced:
+            uninstall()
 
 
 def wrapper_overhead(calls: int = 2000, rounds: int = 15) -> dict[str, float]:
