@@ -40,7 +40,8 @@ def _demo(args: argparse.Namespace) -> int:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         print(
             "error: demo runs one process per rank under torchrun, e.g.\n"
-            "  torchrun --nproc-per-node 4 -m reference_impls.distributed_debug demo --scenario seed",
+            "  torchrun --nproc-per-node 4 -m reference_impls.distributed_debug demo "
+            "--scenario seed",
             file=sys.stderr,
         )
         return 2
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument(
         "--scenario",
         default="seed",
-        help="seed (default), op_mismatch, argument_mismatch, skipped, straggler, dead_rank, unmatched_p2p, healthy",
+        help="seed (default), op_mismatch, argument_mismatch, skipped, straggler, dead_rank, "
+        "unmatched_p2p, healthy",
     )
     d.add_argument(
         "--no-trace",

@@ -147,9 +147,10 @@ def _short(path: str) -> str:
 def _label(file: str, line: int) -> str:
     """The comment at the end of the call's source line, if the file is here to read."""
     text = linecache.getline(file, line)
-    if "#" not in text:
-        return ""
-    return text.split("#", 1)[1].strip().split("  ")[0][:60]
+    comments = [c.strip() for c in text.split("#")[1:]]
+    # Tool pragmas (type: ignore, noqa) say nothing about what the call is for.
+    words = [c for c in comments if c and not c.startswith(("type:", "noqa", "pragma"))]
+    return words[0][:60] if words else ""
 
 
 def _where(rec: Record) -> str:
@@ -297,7 +298,14 @@ def _classify(
     sites = {r: _where(present[r]) for r in present}
     t = min(v.t_issue for v in present.values())
     head = f"at sequence {s} on {_group(g.name)}"
-    base = dict(group=g.name, seq=s, ranks=odd, others=sorted(majority), callsites=sites, t_issue=t)
+    base: dict[str, Any] = {
+        "group": g.name,
+        "seq": s,
+        "ranks": odd,
+        "others": sorted(majority),
+        "callsites": sites,
+        "t_issue": t,
+    }
     # (c) ahead: the odd rank's call at s is the majority's at s + k (it skipped k calls) ...
     for k in range(1, SHIFT_LOOKAHEAD + 1):
         ahead = g.rec(m0, s + k)
@@ -312,9 +320,12 @@ def _classify(
         return _skip(g, s, 1, rs, majority, x, m, head, base, skipped=True)
     if prev_maj is not None and _key(prev_maj) == _key(x) and _site(x) != _site(m):
         return _skip(g, s, 1, rs, majority, x, m, head, base, skipped=False)
-    both = f"{rank_list(rs)} called {x.describe()} at {_where(x)} while {rank_list(majority)} called {m.describe()} at {_where(m)}"
+    both = (
+        f"{rank_list(rs)} called {x.describe()} at {_where(x)} while {rank_list(majority)} "
+        f"called {m.describe()} at {_where(m)}"
+    )
     if x.op != m.op:
-        return Finding(Kind.OP_MISMATCH, f"(a) different collectives {head}: {both}.", **base)  # type: ignore[arg-type]
+        return Finding(Kind.OP_MISMATCH, f"(a) different collectives {head}: {both}.", **base)
     if x.signature() != m.signature():
         what = [
             name
@@ -329,12 +340,24 @@ def _classify(
         return Finding(
             Kind.ARGUMENT_MISMATCH,
             f"(b) same collective, different {' and '.join(what)} {head}: {both}.",
-            **base,  # type: ignore[arg-type]
+            **base,
         )
     return None
 
 
-def _skip(g, s, k, rs, majority, x, m, head, base, *, skipped: bool) -> Finding:
+def _skip(
+    g: _Group,
+    s: int,
+    k: int,
+    rs: list[int],
+    majority: list[int],
+    x: Record,
+    m: Record,
+    head: str,
+    base: dict[str, Any],
+    *,
+    skipped: bool,
+) -> Finding:
     who = rank_list(rs)
     if skipped:
         missing = [g.rec(majority[0], s + i) for i in range(k)]
@@ -366,11 +389,15 @@ def _skip(g, s, k, rs, majority, x, m, head, base, *, skipped: bool) -> Finding:
     if n_odd != n_maj and max(n_odd, n_maj) > 1:
         file, line, _ = site
         details.append(
-            f"{file}:{line} ran {n_maj} times in a row on {rank_list(majority)} but {n_odd} on {who}: "
+            f"{file}:{line} ran {n_maj} times in a row on {rank_list(majority)} but {n_odd} "
+            f"on {who}: "
             f"a loop with a different number of iterations on {who} (uneven data? see "
             "check_equal_steps and the even sampler)"
         )
-        summary += f" {who} ran {n_odd} iterations of the loop at {file}:{line}, {rank_list(majority)} ran {n_maj}."
+        summary += (
+            f" {who} ran {n_odd} iterations of the loop at {file}:{line}, "
+            f"{rank_list(majority)} ran {n_maj}."
+        )
     return Finding(Kind.SKIPPED_OR_EXTRA, summary, details=details, **base)
 
 
@@ -401,13 +428,17 @@ def _dead_ranks(
         if d is not None and d.state is RankState.UNKNOWN:
             continue  # alive but silent: the frontier explains it
         lastline = (
-            f"its last record: {'p2p' if last.p2p else 'seq'} {last.seq} {last.describe()} at {_where(last)}, "
+            f"its last record: {'p2p' if last.p2p else 'seq'} {last.seq} {last.describe()} "
+            f"at {_where(last)}, "
             f"{last.status}"
             if last is not None
             else "no record"
         )
         verb = "exited" if d is not None and d.state is RankState.EXITED else "died"
-        summary = f"(e) rank {r} {verb} ({state}) while {rank_list(waiting or failed)} waited; {lastline}."
+        summary = (
+            f"(e) rank {r} {verb} ({state}) while {rank_list(waiting or failed)} waited; "
+            f"{lastline}."
+        )
         out.append(
             Finding(
                 Kind.DEAD_RANK,
@@ -466,8 +497,10 @@ def _unmatched_p2p(dumps: dict[int, RankDump]) -> list[Finding]:
                 verb = "receive" if sending else "send"
                 n = counts[x.peer][(x.group, r, "recv" if sending else "send", x.tag)]
                 summary = (
-                    f"(f) unmatched point-to-point: rank {r} {x.op} #{x.seq} {'to' if sending else 'from'} rank "
-                    f"{x.peer} (tag {x.tag}) at {_where(x)} has no matching {verb} on rank {x.peer}, "
+                    f"(f) unmatched point-to-point: rank {r} {x.op} #{x.seq} "
+                    f"{'to' if sending else 'from'} rank "
+                    f"{x.peer} (tag {x.tag}) at {_where(x)} has no matching {verb} on rank "
+                    f"{x.peer}, "
                     f"which posted {n} such {verb}s and is {where}."
                 )
                 out.append(
@@ -484,7 +517,8 @@ def _unmatched_p2p(dumps: dict[int, RankDump]) -> list[Finding]:
                 )
             elif match.shapes != x.shapes or match.dtypes != x.dtypes:
                 summary = (
-                    f"(b) point-to-point size mismatch: rank {r} {x.describe()} at {_where(x)} vs rank "
+                    f"(b) point-to-point size mismatch: rank {r} {x.describe()} at {_where(x)} "
+                    "vs rank "
                     f"{x.peer} {match.describe()} at {_where(match)}."
                 )
                 out.append(
@@ -543,8 +577,10 @@ def _stuck(groups: dict[str, list[int]], dumps: dict[int, RankDump]) -> list[Fin
         if not absent:
             last = min(waits, key=lambda r: waits[r])
             summary = (
-                f"(d) every rank is in {x0.describe()} {head} with matching arguments and it does not "
-                f"complete: a transport or network problem, or a rank that stalls inside it. Waits: "
+                f"(d) every rank is in {x0.describe()} {head} with matching arguments and it "
+                "does not "
+                "complete: a transport or network problem, or a rank that stalls inside it. "
+                "Waits: "
                 f"{wait_text}; rank {last} arrived last."
             )
             ranks = sorted(at_s)
@@ -599,7 +635,8 @@ def format_report(report: Report) -> str:
         out.append(f"trigger: {report.reason}")
     if report.stall_began is not None and report.reported_at is not None:
         out.append(
-            f"reported {report.reported_at - report.stall_began:.2f} s after the oldest pending call was issued"
+            f"reported {report.reported_at - report.stall_began:.2f} s after the oldest pending "
+            "call was issued"
         )
     out.append("")
     out.append("FIRST DIVERGENCE" if report.primary.kind.letter in "abc" else "FINDING")

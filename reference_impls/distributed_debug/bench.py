@@ -4,13 +4,13 @@ Run inside ranks started by ``reference_impls.collectives.launch`` (the asv benc
 suites/benchmarks/bench_distributed_debug.py and ``python -m
 reference_impls.distributed_debug.bench`` do)::
 
-    python -m reference_impls.distributed_debug.bench --calls 200 --rounds 7
+    python -m reference_impls.distributed_debug.bench --calls 50 --rounds 21
 
 * :func:`per_call_times`: rounds of ``calls`` back-to-back ``dist.all_reduce`` of ``nbytes``,
-  alternating untraced (torch's own functions, restored) and traced rounds in one process, so
-  both see the same machine noise; a round's time is this rank's, after a barrier lines the
-  ranks up. ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` must be set before the group starts: the same
-  function in a launch with that environment measures it, in the same benchmark run.
+  alternating three modes in one process, so all see the same machine noise: untraced (torch's
+  own function, the wrapper bypassed), traced, and DETAIL (``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s
+  checking: a group created at that debug level, which torch wraps in its ProcessGroupWrapper).
+  A round's time is this rank's, after a tiny all-reduce lines the ranks up.
 * :func:`bytes_per_record`: tracemalloc over a full ring of realistic records.
 * :func:`stall_to_report`: one straggler scenario; seconds from the pending call's issue to the
   written report.
@@ -19,16 +19,20 @@ reference_impls.distributed_debug.bench`` do)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import DebugLevel, TCPStore, set_debug_level
 
 from reference_impls.distributed_debug.config import DEFAULT_RING_SIZE, TraceConfig
 from reference_impls.distributed_debug.records import Record
@@ -36,13 +40,14 @@ from reference_impls.distributed_debug.tracer import install, uninstall
 
 __all__ = [
     "bytes_per_record",
+    "fix_costs",
     "per_call_times",
     "repeat_calls",
     "stall_to_report",
     "wrapper_overhead",
 ]
 
-MODES = ("untraced", "traced")
+MODES = ("untraced", "traced", "detail")
 
 
 def per_call_times(
@@ -72,13 +77,33 @@ def per_call_times(
             stall_s=60.0, report_dir=Path(tempfile.gettempdir()) / "distdebug-bench"
         )
         tracer = install(config)
-    original = tracer_module._ORIGINALS.get("all_reduce", dist.all_reduce)
-    fns = {"untraced": original, "traced": dist.all_reduce}
+    original: Callable[..., Any] = tracer_module._ORIGINALS.get("all_reduce", dist.all_reduce)
+    detail_group = None
+    if "detail" in modes:
+        # What TORCH_DISTRIBUTED_DEBUG=DETAIL does, on a group of its own in this process: a
+        # group created at that debug level is wrapped in torch's ProcessGroupWrapper (a
+        # fingerprint check of every collective over an extra gloo group).
+        set_debug_level(DebugLevel.DETAIL)
+        detail_group = dist.new_group(backend="gloo")
+        set_debug_level(DebugLevel.OFF)
+
+    def detail(t: torch.Tensor) -> None:
+        original(t, group=detail_group)
+
+    fns: dict[str, Callable[..., Any]] = {
+        "untraced": original,
+        "traced": dist.all_reduce,
+        "detail": detail,
+    }
     for _ in range(3):  # warm-up: connections, allocator, the tracer's caches
         dist.all_reduce(x)
+        if detail_group is not None:
+            detail(x)
     for _ in range(rounds):
         for mode in modes:
             fn = fns[mode]
+            if mode == "detail":
+                set_debug_level(DebugLevel.DETAIL)
             original(torch.zeros(1, device=device))  # line the ranks up (untraced)
             if cuda:
                 torch.cuda.synchronize()
@@ -88,6 +113,7 @@ def per_call_times(
             if cuda:
                 torch.cuda.synchronize()
             out[mode].append((time.perf_counter() - t0) / calls)
+            set_debug_level(DebugLevel.OFF)
             x.fill_(1.0)  # keep the values finite across rounds
     if tracer is not None:
         uninstall(restore_functions=True)
@@ -109,15 +135,47 @@ def repeat_calls(rank: int, world: int, nbytes: int, calls: int, traced: bool) -
             uninstall()
 
 
+def fix_costs(rank: int, world: int, repeats: int = 20) -> dict[str, dict[str, float]]:
+    """For each fix of the seed scenario: collectives per validation pass on this rank (counted
+    by the tracer), samples computed (padding included), and the median seconds per pass."""
+    from reference_impls.distributed_debug import validate
+    from reference_impls.distributed_debug.guards import PaddedEvenSampler
+    from reference_impls.distributed_debug.tracer import trace_collectives
+
+    config = TraceConfig(stall_s=60.0, report_dir=Path(tempfile.gettempdir()) / "distdebug-bench")
+    out = {}
+    for fix in validate.FIXES:
+        with trace_collectives(config=config) as tracer:
+            validate.validate(rank, world, fix)
+        records, _ = tracer.snapshot()
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            validate.validate(rank, world, fix)
+            times.append(time.perf_counter() - t0)
+        samples = (
+            len(PaddedEvenSampler(validate.N_VAL, world, rank))
+            if fix == "pad"
+            else len(validate.shard(rank, world))
+        )
+        out[fix] = {
+            "collectives": float(len(records)),
+            "samples": float(samples),
+            "seconds": statistics.median(times),
+        }
+    return out
+
+
 def wrapper_overhead(calls: int = 2000, rounds: int = 15) -> dict[str, float]:
     """Median seconds per 1-element all_reduce on a 1-rank gloo group, traced and untraced:
     the tracer's own CPU cost without network noise (run in a fresh process)."""
     import datetime as dt
 
-    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=dt.timedelta(seconds=30))
+    store = TCPStore("127.0.0.1", 0, 1, True, timeout=dt.timedelta(seconds=30))
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        got = per_call_times(0, 1, 4, calls, rounds)
+        got = per_call_times(0, 1, 4, calls, rounds, ("untraced", "traced"))
     finally:
         dist.destroy_process_group()
     return {m: statistics.median(v) for m, v in got.items()}
@@ -170,12 +228,11 @@ def stall_to_report(stall_s: float = 1.0) -> float:
     from reference_impls.collectives import LaunchConfig, LaunchError, launch
 
     with tempfile.TemporaryDirectory() as d:
-        try:
+        # Every rank exits with code 17 after the report: the launch always ends in an error.
+        with contextlib.suppress(LaunchError):
             launch(
                 _straggler, stall_s, d, config=LaunchConfig(world_size=2, timeout_s=60, grace_s=10)
             )
-        except LaunchError:
-            pass  # every rank exits with code 17 after the report
         report = json.loads((Path(d) / "report.json").read_text())
     return float(report["reported_at"] - report["stall_began"])
 
@@ -190,31 +247,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7, help="rounds per mode (default 7)")
     p.add_argument("--sizes", default="1024,1048576", help="bytes, comma-separated")
     args = p.parse_args(argv)
-    print("mode           bytes    median us/call  (2 gloo ranks, rank 0's rounds)")
+    print("mode           bytes    median us/call  (2 gloo ranks, rank 0's rounds, alternating)")
     for nbytes in (int(s) for s in args.sizes.split(",")):
         cfg = LaunchConfig(world_size=2, timeout_s=600)
         got = launch(per_call_times, nbytes, args.calls, args.rounds, config=cfg)[0]
-        detail_cfg = LaunchConfig(
-            world_size=2, timeout_s=600, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
-        )
-        det = launch(
-            per_call_times, nbytes, args.calls, args.rounds, ("untraced",), config=detail_cfg
-        )[0]
         med = {m: statistics.median(v) * 1e6 for m, v in got.items()}
-        med["DETAIL"] = statistics.median(det["untraced"]) * 1e6
         for mode, us in med.items():
             print(f"{mode:<12} {nbytes:>9} {us:>12.1f}")
-        added, detail_added = med["traced"] - med["untraced"], med["DETAIL"] - med["untraced"]
-        # (noisy on a shared machine: see wrapper_overhead for the tracer's own cost)
+        added, detail_added = med["traced"] - med["untraced"], med["detail"] - med["untraced"]
         ratio = detail_added / added if added > 0 else float("inf")
         print(
-            f"  tracer adds {added:.1f} us/call; DETAIL adds {detail_added:.1f} us/call ({ratio:.0f}x)"
+            f"  tracer adds {added:.1f} us/call; DETAIL adds {detail_added:.1f} us/call "
+            f"({ratio:.0f}x)"
         )
     one = wrapper_overhead()
     print(
         f"1-rank gloo all_reduce: untraced {one['untraced'] * 1e6:.1f} us, traced "
-        f"{one['traced'] * 1e6:.1f} us: the tracer adds {(one['traced'] - one['untraced']) * 1e6:.1f} us"
+        f"{one['traced'] * 1e6:.1f} us: the tracer adds "
+        f"{(one['traced'] - one['untraced']) * 1e6:.1f} us"
     )
+    fixes = launch(fix_costs, config=LaunchConfig(world_size=4, timeout_s=600))
+    print("seed fixes (4 gloo ranks): collectives per validation pass, samples, median ms")
+    for fix in fixes[0]:
+        per_rank = [f[fix] for f in fixes]
+        print(
+            f"  {fix:<6} collectives {[int(p['collectives']) for p in per_rank]} samples "
+            f"{[int(p['samples']) for p in per_rank]} ms "
+            f"{max(p['seconds'] for p in per_rank) * 1e3:.1f}"
+        )
     print(f"bytes per record: {bytes_per_record():.0f} (ring of {DEFAULT_RING_SIZE})")
     print(f"stall (1 s threshold) to report: {stall_to_report(1.0):.2f} s")
     return 0

@@ -34,7 +34,8 @@ def _device(group: dist.ProcessGroup | None) -> torch.device:
 def check_equal_steps(
     n: int, group: dist.ProcessGroup | None = None, *, what: str = "steps"
 ) -> None:
-    """Raise :class:`UnevenStepsError` on every rank unless all ranks of ``group`` pass the same ``n``.
+    """Raise :class:`UnevenStepsError` on every rank unless all ranks of ``group`` pass the
+    same ``n``.
 
     Call it before a loop whose body has collectives (validation with a per-batch metric
     all-reduce): a rank with fewer batches would otherwise pair its next collective with the
@@ -53,7 +54,7 @@ def check_equal_steps(
     dist.all_gather(counts, torch.tensor([n], dtype=torch.int64, device=device), group=group)
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(world))
     by_count: dict[int, list[int]] = {}
-    for rank, c in zip(ranks, counts):
+    for rank, c in zip(ranks, counts, strict=True):
         by_count.setdefault(int(c), []).append(rank)
     listing = "; ".join(f"{what} {c}: ranks {rs}" for c, rs in sorted(by_count.items()))
     raise UnevenStepsError(

@@ -208,7 +208,8 @@ def ddp_steps(
                     torch.randn(4, 1, generator=g),
                 )  # (B, 8), (B, 1)
                 opt.zero_grad()
-                torch.nn.functional.mse_loss(ddp(x), y).backward()  # backward: bucket all-reduce
+                loss = torch.nn.functional.mse_loss(ddp(x), y)
+                loss.backward()  # type: ignore[no-untyped-call]  # backward: bucket all-reduce
                 opt.step()
             if tracer is not None:
                 tracer.poll_works()

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from torch._C._distributed_c10d import Store
 
 from reference_impls.distributed_debug.config import TraceConfig, TracerError
 from reference_impls.distributed_debug.records import CallSite, RankDump, RankState, Record
@@ -214,7 +215,7 @@ class Tracer:
         config: TraceConfig | None = None,
         *,
         group: dist.ProcessGroup | None = None,
-        store: dist.Store | None = None,
+        store: Store | None = None,
     ) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise TracerError(
@@ -322,9 +323,14 @@ class Tracer:
         self.watchdog.on_error(rec)
 
     def _collective(
-        self, name: str, orig: Callable[..., Any], names: tuple[str, ...], args, kwargs
-    ):
-        a = dict(zip(names, args))
+        self,
+        name: str,
+        orig: Callable[..., Any],
+        names: tuple[str, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
         a.update(kwargs)
         info = self._info(a.get("group"))
         if info is None:
@@ -400,8 +406,15 @@ class Tracer:
             tag=tag,
         )
 
-    def _p2p(self, name: str, orig: Callable[..., Any], names: tuple[str, ...], args, kwargs):
-        a = dict(zip(names, args))
+    def _p2p(
+        self,
+        name: str,
+        orig: Callable[..., Any],
+        names: tuple[str, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
         a.update(kwargs)
         info = self._info(a.get("group"))
         if info is None:
@@ -428,8 +441,14 @@ class Tracer:
             self._done(rec, time.time())
         return result
 
-    def _batch(self, orig: Callable[..., Any], names: tuple[str, ...], args, kwargs):
-        a = dict(zip(names, args))
+    def _batch(
+        self,
+        orig: Callable[..., Any],
+        names: tuple[str, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
         a.update(kwargs)
         ops = a.get("p2p_op_list")
         if not isinstance(ops, list) or not ops:
@@ -472,7 +491,13 @@ class Tracer:
         return works
 
     def record_external(
-        self, op: str, group: Any, shapes, dtypes, reduce_op: str | None, site: CallSite
+        self,
+        op: str,
+        group: Any,
+        shapes: tuple[tuple[int, ...], ...],
+        dtypes: tuple[str, ...],
+        reduce_op: str | None,
+        site: CallSite,
     ) -> Record | None:
         """Record a collective issued outside ``torch.distributed``'s Python functions (DDP's
         buckets); the caller marks it done with :meth:`complete`."""
@@ -594,19 +619,19 @@ def _make_wrapper(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
     names = tuple(inspect.signature(orig).parameters)
     if name == "batch_isend_irecv":
 
-        def call(tracer: Tracer, args, kwargs):
+        def call(tracer: Tracer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return tracer._batch(orig, names, args, kwargs)
     elif name in _P2P:
 
-        def call(tracer: Tracer, args, kwargs):
+        def call(tracer: Tracer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return tracer._p2p(name, orig, names, args, kwargs)
     else:
 
-        def call(tracer: Tracer, args, kwargs):
+        def call(tracer: Tracer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return tracer._collective(name, orig, names, args, kwargs)
 
     @functools.wraps(orig)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         tracer = _ACTIVE
         if tracer is None or getattr(_LOCAL, "busy", False):
             return orig(*args, **kwargs)
@@ -646,7 +671,7 @@ def install(
     config: TraceConfig | None = None,
     *,
     group: dist.ProcessGroup | None = None,
-    store: dist.Store | None = None,
+    store: Store | None = None,
 ) -> Tracer:
     """Trace every collective of this process from now on (until :func:`uninstall`).
 
@@ -675,7 +700,7 @@ def trace_collectives(
     group: dist.ProcessGroup | None = None,
     *,
     config: TraceConfig | None = None,
-    store: dist.Store | None = None,
+    store: Store | None = None,
 ) -> Iterator[Tracer]:
     """Trace the collectives issued inside the block (see :func:`install`)."""
     tracer = install(config, group=group, store=store)
@@ -700,7 +725,7 @@ def register_ddp_hook(model: torch.nn.parallel.DistributedDataParallel) -> None:
     group = model.process_group
 
     # No annotations: DDP compares them with dist.GradBucket, and this module defers them.
-    def hook(state, bucket):
+    def hook(state, bucket):  # type: ignore[no-untyped-def]
         tracer = _ACTIVE
         if tracer is None:
             return default_hooks.allreduce_hook(group, bucket)

@@ -1,11 +1,11 @@
 """The seed scenario: a training loop whose validation has uneven batch counts across ranks.
 
 4 ranks, 35 validation samples split in contiguous shards as ``numpy.array_split`` does (9, 9,
-9, 8), batches of 4: ranks 0-2 get 3 batches, rank 3 gets 2. Validation all-reduces a per-batch metric and then the
-epoch totals, both shaped (2,): rank 3's epoch-end all-reduce silently pairs with the others'
-third per-batch one (the metric comes back wrong), ranks 0-2 then wait in their epoch-end
-all-reduce while rank 3 waits in the next epoch's barrier: a hang, whose cause is one call
-earlier than where anything stops.
+9, 8), batches of 4: ranks 0-2 get 3 batches, rank 3 gets 2. Validation all-reduces a per-batch
+metric and then the epoch totals, both shaped (2,): rank 3's epoch-end all-reduce silently
+pairs with the others' third per-batch one (the metric comes back wrong), ranks 0-2 then wait
+in their epoch-end all-reduce while rank 3 waits in the next epoch's barrier: a hang, whose
+cause is one call earlier than where anything stops.
 
 ``fix`` picks one of the three repairs (docs/benchmarks/distributed_debug.md compares them):
 ``"pad"`` (PaddedEvenSampler: equal batch counts, padding weighted 0), ``"join"`` (the
@@ -78,7 +78,8 @@ def validate(rank: int, world: int, fix: str | None = None) -> tuple[float, floa
         b = idx[start : start + BATCH]
         weights = [0.0 if p else 1.0 for p in pad[start : start + BATCH]]
         metric = torch.tensor(
-            [sum(w * _loss(i) for i, w in zip(b, weights)), sum(weights)], dtype=torch.float64
+            [sum(w * _loss(i) for i, w in zip(b, weights, strict=True)), sum(weights)],
+            dtype=torch.float64,
         )  # (2,): loss sum, samples of this batch
         totals += metric
         if fix != "hoist":

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from torch._C._distributed_c10d import PrefixStore, Store
 
 from reference_impls.distributed_debug.config import TracerError
 from reference_impls.distributed_debug.records import (
@@ -52,7 +53,7 @@ HEARTBEAT_RECORDS = 8
 """Newest records carried by each heartbeat: what is known of a rank that dies."""
 
 
-def open_store(store: dist.Store | None, timeout_s: float) -> dist.Store:
+def open_store(store: Store | None, timeout_s: float) -> Store:
     """A store client of the tracer's own: the main thread may be using (or stuck in) the
     default one. Raises TracerError if it cannot be reached."""
     if store is None:
@@ -88,7 +89,7 @@ def open_store(store: dist.Store | None, timeout_s: float) -> dist.Store:
     return store
 
 
-def _agree_run_id(store: dist.Store) -> str:
+def _agree_run_id(store: Store) -> str:
     mine = uuid.uuid4().hex[:12]
     got = store.compare_set("distdebug/run_id", "", mine)
     return got.decode() if isinstance(got, bytes) else str(got)
@@ -97,7 +98,7 @@ def _agree_run_id(store: dist.Store) -> str:
 class Watchdog:
     """One per tracer; a daemon thread so that it never keeps a finished process alive."""
 
-    def __init__(self, tracer: Tracer, store: dist.Store) -> None:
+    def __init__(self, tracer: Tracer, store: Store) -> None:
         self.tracer = tracer
         self.config = tracer.config
         try:
@@ -106,7 +107,7 @@ class Watchdog:
             raise TracerError(
                 f"the rendezvous store failed while agreeing on a run id: {exc}"
             ) from exc
-        self.store = dist.PrefixStore(f"distdebug/{self.run_id}/", store)
+        self.store = PrefixStore(f"distdebug/{self.run_id}/", store)
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"distdebug-watchdog-rank{tracer.rank}", daemon=True
@@ -173,7 +174,8 @@ class Watchdog:
         oldest = tracer.oldest_pending()
         if oldest is not None and now - oldest.t_issue >= self.config.stall_s:
             self._trigger(
-                f"rank {tracer.rank}: {oldest.op} seq {oldest.seq} not completed after {now - oldest.t_issue:.1f} s",
+                f"rank {tracer.rank}: {oldest.op} seq {oldest.seq} not completed after "
+                f"{now - oldest.t_issue:.1f} s",
                 oldest,
             )
             return
@@ -211,8 +213,8 @@ class Watchdog:
 
     def _trigger(self, reason: str, rec: Record | None) -> None:
         claim = json.dumps({"rank": self.tracer.rank, "reason": reason, "t": time.time()})
-        got = self.store.compare_set("trigger", "", claim)
-        got = got.decode() if isinstance(got, bytes) else str(got)
+        raw = self.store.compare_set("trigger", "", claim)
+        got = raw.decode() if isinstance(raw, bytes) else str(raw)
         if not self._published_records:
             self._publish_records(reason)
         if got == claim:

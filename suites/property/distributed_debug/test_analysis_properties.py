@@ -64,7 +64,7 @@ def _mutate(seq, kind, pos, replacement):
 
 
 def _first_difference(a, b):
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
 
 
 @settings(max_examples=150, deadline=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from reference_impls.distributed_debug.__main__ import main

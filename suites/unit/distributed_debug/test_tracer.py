@@ -120,17 +120,21 @@ def test_the_tracer_publishes_heartbeats_and_full_records_through_the_store(grou
 
 
 def test_a_second_tracer_in_the_same_process_is_refused(group, tmp_path):
-    with trace_collectives(config=_config(tmp_path)):
-        with pytest.raises(TracerError, match="already active"):
-            with trace_collectives(config=_config(tmp_path)):
-                pass
+    with (
+        trace_collectives(config=_config(tmp_path)),
+        pytest.raises(TracerError, match="already active"),
+        trace_collectives(config=_config(tmp_path)),
+    ):
+        pass
 
 
 def test_tracing_a_group_this_process_never_initialized_is_a_clear_error(tmp_path):
     assert not dist.is_initialized()
-    with pytest.raises(TracerError, match="not initialized: call dist.init_process_group"):
-        with trace_collectives(config=_config(tmp_path)):
-            pass
+    with (
+        pytest.raises(TracerError, match="not initialized: call dist.init_process_group"),
+        trace_collectives(config=_config(tmp_path)),
+    ):
+        pass
 
 
 def test_an_unreachable_store_is_a_clear_error_naming_it(group, tmp_path):
@@ -139,7 +143,9 @@ def test_an_unreachable_store_is_a_clear_error_naming_it(group, tmp_path):
     port = server.port
     del server  # the store's host goes away
     time.sleep(0.2)
-    with pytest.raises(TracerError, match=rf"store at 127.0.0.1:{port} is unreachable"):
-        with trace_collectives(config=_config(tmp_path, store_timeout_s=2), store=client):
-            pass
+    with (
+        pytest.raises(TracerError, match=rf"store at 127.0.0.1:{port} is unreachable"),
+        trace_collectives(config=_config(tmp_path, store_timeout_s=2), store=client),
+    ):
+        pass
     assert tracer_module.active_tracer() is None
