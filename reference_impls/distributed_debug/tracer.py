@@ -25,6 +25,7 @@ Only calls looked up through the module at call time are seen: a name bound befo
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import functools
@@ -241,6 +242,7 @@ class Tracer:
         self._internal: dict[CodeType, bool] = {}
         self._seen: set[tuple[CallSite, tuple[Any, ...]]] = set()
         self.host = socket.gethostname()
+        self._stopped = False
         self.wake = threading.Event()  # stops the watchdog's wait early (stop, busy store)
         from reference_impls.distributed_debug.watchdog import Watchdog, open_store
 
@@ -601,14 +603,21 @@ class Tracer:
             _patch()
             self.watchdog.start()
             _ACTIVE = self
+        # A process that ends while still installed (install() without uninstall()) still
+        # tells the ranks waiting for it that it exited, with its whole ring.
+        atexit.register(self.stop)
 
-    def stop(self, *, exiting: bool = False) -> None:
-        """Stop recording; publish the full ring so ranks still waiting can see where this one
-        went (``exiting``: the process is ending)."""
+    def stop(self) -> None:
+        """Stop recording; publish the full ring (state EXITED) so ranks still waiting can see
+        where this one went. Idempotent."""
         global _ACTIVE
         with _INSTALL_LOCK:
             if _ACTIVE is self:
                 _ACTIVE = None
+            if self._stopped:
+                return
+            self._stopped = True
+        atexit.unregister(self.stop)
         self.watchdog.stop(state=RankState.EXITED)
 
 
