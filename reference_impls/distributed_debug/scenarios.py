@@ -209,7 +209,7 @@ def ddp_steps(
                 )  # (B, 8), (B, 1)
                 opt.zero_grad()
                 loss = torch.nn.functional.mse_loss(ddp(x), y)
-                loss.backward()  # type: ignore[no-untyped-call]  # backward: bucket all-reduce
+                loss.backward()  # backward: bucket all-reduce
                 opt.step()
             if tracer is not None:
                 tracer.poll_works()

@@ -734,7 +734,7 @@ def register_ddp_hook(model: torch.nn.parallel.DistributedDataParallel) -> None:
     group = model.process_group
 
     # No annotations: DDP compares them with dist.GradBucket, and this module defers them.
-    def hook(state, bucket):  # type: ignore[no-untyped-def]
+    def hook(state, bucket):
         tracer = _ACTIVE
         if tracer is None:
             return default_hooks.allreduce_hook(group, bucket)
