@@ -14,13 +14,15 @@ the job's rendezvous key-value store (``torch.distributed.Store``), on a client 
   ``report.txt``/``report.json`` and every rank's ``records/rankN.json`` under ``report_dir``,
   prints the report to stderr and sets ``report``.
 
-All keys live under ``distdebug/<run_id>/``; the run id is agreed with ``compare_set`` when the
-tracer starts, so two runs sharing a store never mix.
+All keys live under ``distdebug/<run_id>/s<session>/``; the run id is agreed with
+``compare_set`` when the first tracer starts, so two runs sharing a store never mix, and each
+tracing session of a process (each ``trace_collectives`` block) has keys of its own.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import sys
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
     from reference_impls.distributed_debug.tracer import Tracer
 
 __all__ = ["HEARTBEAT_RECORDS", "Watchdog", "open_store"]
+
+_SESSIONS = itertools.count()
 
 HEARTBEAT_RECORDS = 8
 """Newest records carried by each heartbeat: what is known of a rank that dies."""
@@ -107,7 +111,12 @@ class Watchdog:
             raise TracerError(
                 f"the rendezvous store failed while agreeing on a run id: {exc}"
             ) from exc
-        self.store = PrefixStore(f"distdebug/{self.run_id}/", store)
+        # Each tracing session of a process gets keys of its own, so a report never reads the
+        # records an earlier session left in the store. Ranks open the same sequence of
+        # sessions (as they make the same sequence of collectives), so the numbers agree.
+        self.session = next(_SESSIONS)
+        self.prefix = f"distdebug/{self.run_id}/s{self.session}/"
+        self.store = PrefixStore(self.prefix, store)
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"distdebug-watchdog-rank{tracer.rank}", daemon=True
@@ -183,9 +192,10 @@ class Watchdog:
             self._on_trigger()
 
     def publish_now(self) -> None:
-        """Send the heartbeat (with the newest records) from the caller's thread, unless the
-        watchdog is busy with the store (then it goes out on the next tick)."""
-        if not self._thread.is_alive() or not self._io.acquire(blocking=False):
+        """Send the heartbeat (with the newest records) from the caller's thread. If the watchdog
+        holds the store for long (it is writing a report), give up after a short wait: the
+        heartbeat then goes out on its next tick."""
+        if not self._thread.is_alive() or not self._io.acquire(timeout=0.5):
             self.tracer.wake.set()
             return
         try:

@@ -111,12 +111,26 @@ def test_calls_outside_the_block_are_not_recorded_and_results_are_unchanged(grou
 def test_the_tracer_publishes_heartbeats_and_full_records_through_the_store(group, tmp_path):
     with trace_collectives(config=_config(tmp_path)) as tracer:
         dist.all_reduce(torch.ones(2))
-    store = dist.PrefixStore(f"distdebug/{tracer.watchdog.run_id}/", group)
+    store = dist.PrefixStore(tracer.watchdog.prefix, group)
     from reference_impls.distributed_debug.records import parse_dump
 
     final = parse_dump(store.get("records/0"), "records/0")
     assert final.state == "exited" and [r.op for r in final.records] == ["all_reduce"]
     assert parse_dump(store.get("hb/0"), "hb/0").rank == 0
+
+
+def test_each_tracing_session_publishes_under_keys_of_its_own(group, tmp_path):
+    with trace_collectives(config=_config(tmp_path)) as first:
+        dist.all_reduce(torch.ones(2))
+    with trace_collectives(config=_config(tmp_path)) as second:
+        pass
+    assert first.watchdog.run_id == second.watchdog.run_id  # one job, one store
+    assert first.watchdog.prefix != second.watchdog.prefix
+    store = dist.PrefixStore(second.watchdog.prefix, group)
+    from reference_impls.distributed_debug.records import parse_dump
+
+    # The second session's final records hold its own (no) calls, not the first one's.
+    assert parse_dump(store.get("records/0"), "records/0").records == []
 
 
 def test_a_second_tracer_in_the_same_process_is_refused(group, tmp_path):
