@@ -364,7 +364,11 @@ class Tracer:
         if on_gpu and not async_op and "async_op" in names:
             # A blocking call on CUDA tensors returns once it is queued, not done: call it
             # async (torch's blocking path is exactly async + wait()) and keep the Work.
-            kwargs = {**kwargs, "async_op": True}
+            at = names.index("async_op")
+            if len(args) > at:  # passed positionally
+                args = (*args[:at], True, *args[at + 1 :])
+            else:
+                kwargs = {**kwargs, "async_op": True}
         _LOCAL.busy = True
         try:
             work = orig(*args, **kwargs)
