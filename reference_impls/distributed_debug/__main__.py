@@ -13,6 +13,7 @@ code 3; with ``--no-trace`` it hangs until the process group timeout (``--pg-tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -51,6 +52,12 @@ def _demo(args: argparse.Namespace) -> int:
     from reference_impls.distributed_debug.config import TraceConfig
     from reference_impls.distributed_debug.scenarios import SCENARIOS, run_scenario
 
+    if args.fix and args.scenario != "seed":
+        print(
+            f"error: --fix applies to the seed scenario only, not {args.scenario!r}",
+            file=sys.stderr,
+        )
+        return 2
     if args.scenario not in SCENARIOS:
         print(
             f"error: unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}",
@@ -80,10 +87,12 @@ def _demo(args: argparse.Namespace) -> int:
             flush=True,
         )
     try:
-        if args.scenario == "seed" and args.fix:
+        if args.fix:
             from reference_impls.distributed_debug import validate
+            from reference_impls.distributed_debug.tracer import trace_collectives
 
-            result = validate.run(rank, world, fix=args.fix)
+            with trace_collectives(config=config) if args.trace else contextlib.nullcontext():
+                result = validate.run(rank, world, fix=args.fix)
         else:
             result = run_scenario(rank, world, args.scenario, config, trace=args.trace)
     except RuntimeError as exc:

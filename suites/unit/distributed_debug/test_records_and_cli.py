@@ -161,3 +161,17 @@ def test_the_stall_threshold_can_come_from_the_environment(monkeypatch):
         TracerError, match="DISTDEBUG_STALL_S must be a number of seconds, got 'soon'"
     ):
         TraceConfig()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--scenario", "nope"], "unknown scenario 'nope'; known: seed,"),
+        (["demo", "--scenario", "skipped", "--fix", "pad"], "--fix applies to the seed scenario"),
+    ],
+)
+def test_demo_refuses_bad_arguments_before_joining_a_group(monkeypatch, capsys, argv, message):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
