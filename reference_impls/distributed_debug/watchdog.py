@@ -49,12 +49,16 @@ from reference_impls.distributed_debug.records import (
 if TYPE_CHECKING:
     from reference_impls.distributed_debug.tracer import Tracer
 
-__all__ = ["HEARTBEAT_RECORDS", "Watchdog", "open_store"]
+__all__ = ["FINAL_RECORDS", "HEARTBEAT_RECORDS", "Watchdog", "open_store"]
 
 _SESSIONS = itertools.count()
 
 HEARTBEAT_RECORDS = 8
 """Newest records carried by each heartbeat: what is known of a rank that dies."""
+FINAL_RECORDS = 256
+"""Newest records a rank leaves in the store when its tracing session ends (~64 KiB): enough
+to place it against ranks still running, without every rank of a large job writing its whole
+ring at every session end. A stall publishes whole rings."""
 
 
 def open_store(store: Store | None, timeout_s: float) -> Store:
@@ -145,7 +149,7 @@ class Watchdog:
         try:  # ranks still waiting must see where this one went, with its whole ring
             with self._io:
                 self.tracer.poll_works()
-                dump = self.tracer.dump(state, reason="tracing stopped")
+                dump = self.tracer.dump(state, last=FINAL_RECORDS, reason="tracing stopped")
                 self.store.set(f"records/{self.tracer.rank}", dump.dumps())
                 self._heartbeat(time.time(), force=True, state=state)
         except (RuntimeError, dist.DistStoreError):

@@ -163,3 +163,18 @@ def test_an_unreachable_store_is_a_clear_error_naming_it(group, tmp_path):
     ):
         pass
     assert tracer_module.active_tracer() is None
+
+
+def test_a_group_filter_traces_that_group_only_with_its_own_sequence(group, tmp_path):
+    sub = dist.new_group([0])
+    with trace_collectives(sub, config=_config(tmp_path)) as tracer:
+        dist.all_reduce(torch.ones(2))  # the default group: not traced
+        dist.all_reduce(torch.ones(3), group=sub)
+        dist.broadcast(torch.ones(3), src=0, group=sub)
+    records, _ = tracer.snapshot()
+    assert [(r.op, r.group, r.seq) for r in records] == [
+        ("all_reduce", sub.group_name, 0),
+        ("broadcast", sub.group_name, 1),
+    ]
+    assert sub.group_name != "0"
+    assert tracer.dump().groups == {sub.group_name: [0]}
