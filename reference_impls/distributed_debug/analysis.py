@@ -254,19 +254,20 @@ def analyze(
 
 
 def _first_divergence(g: _Group, dumps: dict[int, RankDump], notes: list[str]) -> Finding | None:
-    starts, ends = [], []
+    # Compare from the oldest sequence number every rank that published its ring still holds;
+    # a dead rank's few heartbeat records join the comparison where they exist.
+    ring_starts, partial_starts, ends = [], [], []
     for r in g.members:
         seqs = g.by_rank[r]
         d = dumps.get(r)
-        if seqs:
-            complete = (
-                d is not None and d.state in (RankState.ALIVE, RankState.EXITED) and not d.dropped
-            )
-            starts.append(0 if complete else min(seqs))
+        if seqs and d is not None:
+            whole = d.state in (RankState.ALIVE, RankState.EXITED)
+            first = 0 if whole and not d.dropped else min(seqs)
+            (ring_starts if whole else partial_starts).append(first)
             ends.append(max(seqs))
     if not ends:
         return None
-    start, end = max(starts), max(ends)
+    start, end = max(ring_starts or partial_starts), max(ends)
     for s in range(start, end + 1):
         present = {r: x for r in g.members if (x := g.rec(r, s)) is not None}
         if len(present) < 2:

@@ -243,3 +243,13 @@ def test_dumps_that_disagree_on_a_groups_members_are_refused():
 def test_rank_lists_read_as_ranges():
     assert rank_list([3]) == "rank 3"
     assert rank_list([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
+
+
+def test_a_dead_ranks_short_window_does_not_hide_an_earlier_divergence_of_the_others():
+    r0 = seq_of(*[("all_reduce", 10 + i) for i in range(13)])  # 13 different lines
+    r1 = list(r0)
+    r1[2] = rec(2, "broadcast", line=40)  # ranks 0 and 1 diverge at seq 2
+    dead = dump(2, r0[-3:], 3, state=RankState.DEAD)  # its heartbeat holds seqs 10-12 only
+    report = analyze([dump(0, r0, 3), dump(1, r1, 3), dead])
+    assert (report.primary.kind, report.primary.seq) == (Kind.OP_MISMATCH, 2)
+    assert any(f.kind is Kind.DEAD_RANK and f.ranks == [2] for f in report.findings)
