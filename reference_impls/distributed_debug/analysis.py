@@ -256,7 +256,9 @@ def analyze(
 def _first_divergence(g: _Group, dumps: dict[int, RankDump], notes: list[str]) -> Finding | None:
     # Compare from the oldest sequence number every rank that published its ring still holds;
     # a dead rank's few heartbeat records join the comparison where they exist.
-    ring_starts, partial_starts, ends = [], [], []
+    ring_starts: list[int] = []
+    partial_starts: list[int] = []
+    ends: list[int] = []
     for r in g.members:
         seqs = g.by_rank[r]
         d = dumps.get(r)

@@ -5,10 +5,11 @@
   ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (set before the group starts): the three side by side in
   one asv run. The launch itself (~0.1 s, ``CpuLaunch`` in bench_collectives) is in every
   sample.
-* ``CpuTracerCostPerCall.track_info_*``: the per-call cost measured inside the ranks
-  (alternating untraced and traced rounds in one process; DETAIL in a launch of its own), in
-  microseconds, and the tracer's added cost over DETAIL's; informational (differences of noisy
-  times).
+* ``CpuTracerCostPerCall``: the per-call cost measured inside the ranks (untraced, traced and
+  DETAIL rounds alternating in one process); informational: differences of noisy times (the
+  calling thread's CPU time included, which at 2 ranks holds gloo's spinning for the peer).
+* ``TracerOwnCost.track_cpu_us_per_call``: the tracer's own CPU time per call on a 1-rank
+  gloo group (no peer to wait for): the number to gate.
 * ``TracerMemory``: bytes per record and for the default ring (tracemalloc; deterministic).
 * ``StallReport``: seconds from a stuck call's issue to the written report (stall threshold
   1 s, 2 gloo ranks), informational; ``time_analyze_4_full_rings``: the analysis of 4 ranks'
@@ -35,6 +36,7 @@ from reference_impls.distributed_debug.bench import (
     per_call_times,
     repeat_calls,
     stall_to_report,
+    wrapper_overhead,
 )
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -78,9 +80,7 @@ def _costs(nbytes: int) -> dict[str, float]:
     if nbytes not in _COST:
         _warm_forkserver()
         got = launch(per_call_times, nbytes, 50, 21, config=_LAUNCH)[0]
-        det = launch(per_call_times, nbytes, 50, 21, ("untraced",), config=_DETAIL)[0]
         med = {m: statistics.median(v) * 1e6 for m, v in got.items()}
-        med["detail"] = statistics.median(det["untraced"]) * 1e6
         _COST[nbytes] = med
     return _COST[nbytes]
 
@@ -94,6 +94,29 @@ class CpuTracerCostPerCall:
 
     def setup(self, nbytes):
         _costs(nbytes)
+
+    def track_info_tracer_cpu_us(self, nbytes):
+        # The calling thread's CPU time per call, traced minus untraced. At 2 ranks it also
+        # holds time gloo spins waiting for the peer (traced too), hence informational; the
+        # tracer's own cost is TracerOwnCost below.
+        c = _costs(nbytes)
+        return c["traced_cpu"] - c["untraced_cpu"]
+
+    track_info_tracer_cpu_us.unit = "us of CPU per call"
+
+
+class TracerOwnCost:
+    """The tracer's own CPU cost per call: a 1-element all_reduce on a 1-rank gloo group (no
+    peer to wait for), traced minus untraced, in the calling thread's CPU time (which does not
+    grow while the process waits for a core: stable on a busy machine)."""
+
+    timeout = 300
+
+    def track_cpu_us_per_call(self):
+        got = wrapper_overhead()
+        return (got["traced_cpu"] - got["untraced_cpu"]) * 1e6
+
+    track_cpu_us_per_call.unit = "us of CPU per call"
 
     def track_info_tracer_added_us(self, nbytes):
         c = _costs(nbytes)
