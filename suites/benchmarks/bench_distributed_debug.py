@@ -104,20 +104,6 @@ class CpuTracerCostPerCall:
 
     track_info_tracer_cpu_us.unit = "us of CPU per call"
 
-
-class TracerOwnCost:
-    """The tracer's own CPU cost per call: a 1-element all_reduce on a 1-rank gloo group (no
-    peer to wait for), traced minus untraced, in the calling thread's CPU time (which does not
-    grow while the process waits for a core: stable on a busy machine)."""
-
-    timeout = 300
-
-    def track_cpu_us_per_call(self):
-        got = wrapper_overhead()
-        return (got["traced_cpu"] - got["untraced_cpu"]) * 1e6
-
-    track_cpu_us_per_call.unit = "us of CPU per call"
-
     def track_info_tracer_added_us(self, nbytes):
         c = _costs(nbytes)
         return c["traced"] - c["untraced"]
@@ -135,6 +121,20 @@ class TracerOwnCost:
         return (c["traced"] - c["untraced"]) / max(c["detail"] - c["untraced"], 1e-9)
 
     track_info_tracer_over_detail_added.unit = "tracer's added us / DETAIL's"
+
+
+class TracerOwnCost:
+    """The tracer's own CPU cost per call: a 1-element all_reduce on a 1-rank gloo group (no
+    peer to wait for), traced minus untraced, in the calling thread's CPU time (which does not
+    grow while the process waits for a core: stable on a busy machine)."""
+
+    timeout = 300
+
+    def track_cpu_us_per_call(self):
+        got = wrapper_overhead()
+        return (got["traced_cpu"] - got["untraced_cpu"]) * 1e6
+
+    track_cpu_us_per_call.unit = "us of CPU per call"
 
 
 class TracerMemory:
