@@ -44,6 +44,12 @@ def _resolves(root: Path, ref: str) -> bool:
 def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     """Select from the change since ``base_ref`` (default: the first of DEFAULT_BASE_REFS that
     exists); fall back to the full run, saying why, when there is no base to compare with."""
+    # git names changed files from the top of the work tree: the graph must start there too.
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True
+    )
+    if top.returncode == 0 and top.stdout.strip():
+        root = Path(top.stdout.strip())
     refs = [base_ref] if base_ref else [r for r in DEFAULT_BASE_REFS if _resolves(root, r)]
     if not refs:
         return Plan(
