@@ -1,0 +1,105 @@
+"""Engines and migrations: SQLite (embedded default, WAL) and PostgreSQL (psycopg 3).
+
+SQLite is opened in WAL mode (readers never block the writer), ``synchronous=NORMAL`` (durable
+at every checkpoint of the WAL; a process crash loses nothing committed), a busy timeout of
+60 s (several processes may write one file: they queue instead of failing), foreign keys on,
+and every transaction starts with ``BEGIN IMMEDIATE`` so that two writers never deadlock on
+a read lock each wants to upgrade. Schema changes are Alembic migrations shipped inside the
+package (``migrations/``); :func:`open_engine` brings a database to the newest revision.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+
+__all__ = ["current_revision", "head_revision", "migrate", "normalize_url", "open_engine"]
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def normalize_url(url: str | os.PathLike[str]) -> str:
+    """A database URL from a URL or a plain path (a path means a SQLite file).
+
+    ``postgresql://`` is given the psycopg 3 driver, the only PostgreSQL driver installed.
+    """
+    text = os.fspath(url)
+    if "://" not in text:
+        return "sqlite:///" + str(Path(text).resolve())
+    if text.startswith("postgresql://") or text.startswith("postgres://"):
+        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    if text.startswith(("sqlite:", "postgresql+psycopg:")):
+        return text
+    raise ValueError(
+        f"unsupported database URL {text!r}: use a file path or sqlite:///PATH for SQLite, "
+        "or postgresql://USER@HOST:PORT/DB for PostgreSQL"
+    )
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # The driver's own transaction handling is switched off; SQLAlchemy's "begin" event
+        # below emits BEGIN IMMEDIATE instead.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def open_engine(url: str | os.PathLike[str], *, migrate_schema: bool = True) -> Engine:
+    """An engine for ``url`` with the schema migrated to the newest revision."""
+    full = normalize_url(url)
+    if full.startswith("sqlite"):
+        path = full.removeprefix("sqlite:///")
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(full, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _sqlite_setup(engine)
+    else:
+        engine = create_engine(full, pool_pre_ping=True)
+    if migrate_schema:
+        migrate(engine)
+    return engine
+
+
+def _config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the schema (idempotent; concurrent callers serialize on the database lock)."""
+    if current_revision(engine) == head_revision() and revision == "head":
+        return
+    cfg = _config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
