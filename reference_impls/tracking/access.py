@@ -23,7 +23,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, insert, select, update
 
 from reference_impls.tracking.errors import NotFoundError, PermissionDeniedError, TrackingError
 from reference_impls.tracking.metadata import PROJECT_RE, MetadataStore, _insert
@@ -78,8 +78,8 @@ class Access:
             if conn.scalar(select(User.id).where(User.name == name)) is not None:
                 raise TrackingError(f"user {name!r} exists already")
             uid = conn.execute(
-                User.__table__.insert().values(name=name, is_admin=admin, created_at=time.time())
-            ).inserted_primary_key[0]
+                insert(User).values(name=name, is_admin=admin, created_at=time.time())
+            ).inserted_primary_key[0]  # type: ignore[index]
         return UserInfo(int(uid), name, admin)
 
     def user(self, name: str) -> UserInfo:
@@ -96,7 +96,7 @@ class Access:
         token = "trk_" + secrets.token_urlsafe(32)
         with self.meta.engine.begin() as conn:
             conn.execute(
-                Token.__table__.insert().values(
+                insert(Token).values(
                     token_hash=_hash(token), user_id=info.id, created_at=time.time(), revoked=False
                 )
             )
@@ -144,7 +144,7 @@ class Access:
         pid = self.meta.project_id(project, create=False)
         with self.meta.engine.begin() as conn:
             conn.execute(
-                Membership.__table__.delete().where(
+                delete(Membership).where(
                     Membership.user_id == info.id, Membership.project_id == pid
                 )
             )

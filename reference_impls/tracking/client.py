@@ -111,7 +111,7 @@ class Tracker:
         return self.backend.get_run(run_id)
 
     def download_artifact(self, run_id: str, name: str, dest: str | os.PathLike[str]) -> Path:
-        return self.backend.download_artifact(run_id, name, dest)
+        return Path(self.backend.download_artifact(run_id, name, dest))
 
     def close(self) -> None:
         self.backend.close()
@@ -238,7 +238,7 @@ class Run:
 
     def use_artifact(self, run_id: str, name: str, dest: str | os.PathLike[str]) -> Path:
         """Download another run's artifact and record it as this run's input."""
-        path = self.tracker.backend.download_artifact(run_id, name, dest)
+        path = Path(self.tracker.backend.download_artifact(run_id, name, dest))
         ref = next(a for a in self.tracker.backend.artifacts(run_id) if a.name == name)
         self.use(f"artifact:{ref.sha256}")
         return path

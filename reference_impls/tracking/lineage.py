@@ -101,7 +101,7 @@ def lineage(meta: Any, node: str, *, direction: str = "backward") -> Graph:
         for n in sorted(known):
             graph.nodes[n] = {"kind": n.split(":", 1)[0], "label": n}
         _label(conn, graph)
-    graph.edges = sorted(set(edges))  # type: ignore[arg-type]
+    graph.edges = sorted(set(edges))
     return graph
 
 

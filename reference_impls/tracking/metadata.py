@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -214,6 +214,7 @@ class MetadataStore:
                 stmt = _insert(self.engine, Project).values(name=name, created_at=time.time())
                 conn.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
                 pid = conn.scalar(select(Project.id).where(Project.name == name))
+        assert pid is not None  # inserted above, by this or a concurrent writer
         self._projects[name] = pid
         return pid
 
@@ -244,7 +245,7 @@ class MetadataStore:
             raise TrackingError(f"run name must be a string of <= 200 characters, got {name!r}")
         with self.engine.begin() as conn:
             conn.execute(
-                Run.__table__.insert(),
+                insert(Run),
                 {
                     "id": rid,
                     "project_id": pid,
@@ -259,7 +260,7 @@ class MetadataStore:
             )
             if rows:
                 conn.execute(
-                    Param.__table__.insert(),
+                    insert(Param),
                     [
                         {"run_id": rid, "key": k, "kind": kd, "num_value": n, "str_value": s}
                         for k, kd, n, s in rows
@@ -267,7 +268,7 @@ class MetadataStore:
                 )
             if tag_rows:
                 conn.execute(
-                    Tag.__table__.insert(),
+                    insert(Tag),
                     [{"run_id": rid, "key": k, "value": v} for k, v in tag_rows],
                 )
         return rid
@@ -439,8 +440,8 @@ class MetadataStore:
         with self.engine.begin() as conn:
             return int(
                 conn.execute(
-                    Upload.__table__.insert().values(sha256=sha256, started_at=time.time())
-                ).inserted_primary_key[0]
+                    insert(Upload).values(sha256=sha256, started_at=time.time())
+                ).inserted_primary_key[0]  # type: ignore[index]
             )
 
     def add_artifact(
@@ -464,7 +465,7 @@ class MetadataStore:
             try:
                 with conn.begin_nested():
                     conn.execute(
-                        Artifact.__table__.insert(),
+                        insert(Artifact),
                         {
                             "run_id": run_id,
                             "name": name,

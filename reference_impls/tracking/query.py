@@ -379,7 +379,7 @@ class _Parser:
 def _flatten(cls: type, items: list[Expr]) -> tuple[Expr, ...]:
     out: list[Expr] = []
     for it in items:
-        out.extend(it.items if isinstance(it, cls) else (it,))  # type: ignore[attr-defined]
+        out.extend(it.items if isinstance(it, And | Or) and isinstance(it, cls) else (it,))
     return tuple(out)
 
 
@@ -542,7 +542,8 @@ def _time_value(v: Value, now: float, label: str) -> float:
     return float(v)
 
 
-def _cmp(a: Any, op: str, b: Any) -> bool:
+def _cmp(a: Any, op: str, b: Any) -> Any:
+    """``a op b`` for Python values (a bool) and for SQL columns (an expression)."""
     return {
         "=": a == b,
         "!=": a != b,
@@ -605,9 +606,9 @@ def matches(e: Expr | None, run: RunInfo, now: float) -> bool:
     if have is None:
         return False
     if isinstance(e, Compare):
-        return _cmp(have, e.op, vals[0])
+        return bool(_cmp(have, e.op, vals[0]))
     if isinstance(e, Between):
-        return vals[0] <= have <= vals[1]  # type: ignore[operator]
+        return bool(vals[0] <= have <= vals[1])
     return have in vals
 
 
@@ -656,7 +657,7 @@ def _sql(e: Expr, now: float) -> Any:
     if f.scope == "tags":
         return exists().where(Tag.run_id == Run.id, Tag.key == f.name, _apply(Tag.value, e, vals))
     if f.scope == "params":
-        col = Param.str_value if kind == "str" else Param.num_value
+        col: Any = Param.str_value if kind == "str" else Param.num_value
         return exists().where(
             Param.run_id == Run.id,
             Param.key == f.name,
@@ -717,7 +718,7 @@ def compile_query(
                 order_cols.append(col.is_(None))
         else:
             table = {"metrics": LatestMetric, "tags": Tag, "params": Param}[f.scope]
-            alias = aliased(table, name=f"o{n}")
+            alias: Any = aliased(table, name=f"o{n}")
             value = alias.value if f.scope != "params" else alias.num_value
             # A top-level condition on the same metric means every row has it: an inner join
             # lets the database walk the (key, value) index in order and stop at the limit.

@@ -92,7 +92,7 @@ class RemoteBackend:
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float, float]]:
         pts = self._json("GET", f"/api/runs/{run_id}/metrics/{quote(key, safe='')}")["points"]
-        return [tuple(p) for p in pts]  # type: ignore[misc]
+        return [tuple(p) for p in pts]
 
     def search(
         self,

@@ -55,6 +55,7 @@ class RunIn(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     git_commit: str | None = None
     environment: dict[str, Any] | None = None
+    created_at: float | None = None
 
 
 class MetricsIn(BaseModel):
@@ -175,6 +176,7 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
             tags=tags,
             git_commit=body.git_commit,
             environment=body.environment,
+            created_at=body.created_at,
         )
         return {"id": run_id}
 
