@@ -154,19 +154,15 @@ class PostgresCluster:
         raise PostgresError(f"PostgreSQL did not start after {attempts} attempts: {last}")
 
     def create_database(self, name: str) -> str:
-        """A fresh database in this cluster; returns its URL."""
-        if not name.isidentifier():
-            raise ValueError(f"database name must be an identifier, got {name!r}")
-        self._run(
-            str(self.bindir / "createdb"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-            "-U",
-            "postgres",
-            name,
-        )
+        """A fresh database in this cluster (CREATE DATABASE over psycopg, ~10 ms); its URL."""
+        import psycopg
+
+        if not name.isidentifier() or len(name) > 63:
+            raise ValueError(f"database name must be an identifier of <= 63 chars, got {name!r}")
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')  # name checked above: an identifier
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
