@@ -62,6 +62,7 @@ class PostgresCluster:
         self.bindir = bindir
         self.port = port
         self.running = False
+        self.stop_mode = "fast"  # "immediate" for throwaway data: no checkpoint at shutdown
 
     @property
     def url(self) -> str:
@@ -153,8 +154,9 @@ class PostgresCluster:
                 cluster.stop()
         raise PostgresError(f"PostgreSQL did not start after {attempts} attempts: {last}")
 
-    def create_database(self, name: str) -> str:
-        """A fresh database in this cluster (CREATE DATABASE over psycopg, ~10 ms); its URL."""
+    def create_database(self, name: str, *, template: str | None = None) -> str:
+        """A fresh database in this cluster (CREATE DATABASE over psycopg); its URL. A
+        ``template`` database is copied (e.g. one already migrated: no migrations to run)."""
         import psycopg
 
         if not name.isidentifier() or len(name) > 63:
@@ -162,7 +164,10 @@ class PostgresCluster:
         with psycopg.connect(
             f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
         ) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')  # name checked above: an identifier
+            if template is not None and not template.isidentifier():
+                raise ValueError(f"template must be an identifier, got {template!r}")
+            suffix = f' TEMPLATE "{template}"' if template else ""
+            conn.execute(f'CREATE DATABASE "{name}"{suffix}')  # names checked: identifiers
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:

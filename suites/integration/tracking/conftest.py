@@ -20,6 +20,7 @@ import pytest
 from reference_impls.data.seaweedfs import SeaweedServer, find_weed
 from reference_impls.tracking.artifacts import LocalArtifactStore, S3ArtifactStore
 from reference_impls.tracking.backend import EmbeddedBackend
+from reference_impls.tracking.db import open_engine
 from reference_impls.tracking.postgres import PostgresCluster, find_pg_bin
 
 
@@ -35,7 +36,10 @@ def pg_cluster() -> Iterator[PostgresCluster]:
     workdir = tempfile.mkdtemp(prefix="tracking-pg-")
     try:
         cluster = PostgresCluster.start(workdir)
+        cluster.stop_mode = "immediate"  # throwaway data
         try:
+            # Migrated once; each test's database is a copy of it.
+            open_engine(cluster.url).dispose()
             yield cluster
         finally:
             cluster.stop()
@@ -52,6 +56,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServe
     try:
         yield server
     finally:
+        server.kill()  # throwaway data: no need to wait for a graceful shutdown
         server.stop()
 
 
@@ -62,7 +67,7 @@ def _name(request: pytest.FixtureRequest, prefix: str) -> str:
 @pytest.fixture
 def pg_url(pg_cluster: PostgresCluster, request: pytest.FixtureRequest) -> str:
     """A fresh, empty database for this test."""
-    return pg_cluster.create_database(_name(request, "t_"))
+    return pg_cluster.create_database(_name(request, "t_"), template="tracking")
 
 
 @pytest.fixture

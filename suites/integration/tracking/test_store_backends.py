@@ -275,38 +275,30 @@ def test_retention_frees_what_its_dry_run_reported(backend, tmp_path):
     ]
 
 
-@pytest.mark.parametrize(
-    ("call", "fragment"),
-    [
-        (
-            lambda b, r: b.log_metrics(r, [MetricPoint("loss", 1, math.nan, 0.0)]),
-            "only finite values",
-        ),
-        (
-            lambda b, r: b.log_metrics(r, [MetricPoint("loss", 1, math.inf, 0.0)]),
-            "only finite values",
-        ),
-        (
-            lambda b, r: b.log_metrics(r, [MetricPoint("bad key!", 1, 1.0, 0.0)]),
-            "invalid metric name",
-        ),
-        (lambda b, r: b.log_metrics(r, [MetricPoint("loss", -1, 1.0, 0.0)]), "step must be"),
-        (lambda b, r: b.log_metrics(r, [MetricPoint("loss", 2**40, 1.0, 0.0)]), "step must be"),
-        (lambda b, r: b.create_run("p", params={"seed": 2**60}), "larger than 2**53"),
-        (lambda b, r: b.create_run("p", params={"lr": math.nan}), "not a finite number"),
-        (lambda b, r: b.create_run("p", params={"notes": "x" * 20_000}), "characters long"),
-        (lambda b, r: b.create_run("p", params={"obj": [1, 2]}), "type list"),
-        (lambda b, r: b.create_run("bad project!"), "invalid project name"),
-        (lambda b, r: b.set_tags(r, {"t": 3}), "must be a string"),
-        (lambda b, r: b.end_run(r, "exploded"), "exploded"),
-    ],
-)
-def test_bad_input_is_refused_with_a_clear_error_and_writes_nothing(backend, call, fragment):
+BAD_INPUT = [
+    (lambda b, r: b.log_metrics(r, [MetricPoint("loss", 1, math.nan, 0.0)]), "only finite"),
+    (lambda b, r: b.log_metrics(r, [MetricPoint("loss", 1, math.inf, 0.0)]), "only finite"),
+    (lambda b, r: b.log_metrics(r, [MetricPoint("bad key!", 1, 1.0, 0.0)]), "invalid metric"),
+    (lambda b, r: b.log_metrics(r, [MetricPoint("loss", -1, 1.0, 0.0)]), "step must be"),
+    (lambda b, r: b.log_metrics(r, [MetricPoint("loss", 2**40, 1.0, 0.0)]), "step must be"),
+    (lambda b, r: b.create_run("p", params={"seed": 2**60}), "larger than 2**53"),
+    (lambda b, r: b.create_run("p", params={"lr": math.nan}), "not a finite number"),
+    (lambda b, r: b.create_run("p", params={"notes": "x" * 20_000}), "characters long"),
+    (lambda b, r: b.create_run("p", params={"obj": [1, 2]}), "type list"),
+    (lambda b, r: b.create_run("bad project!"), "invalid project name"),
+    (lambda b, r: b.set_tags(r, {"t": 3}), "must be a string"),
+    (lambda b, r: b.end_run(r, "exploded"), "exploded"),
+    (lambda b, r: b.log_metrics("0" * 32, [MetricPoint("loss", 1, 1.0, 0.0)]), "no run with id"),
+]
+
+
+def test_bad_input_is_refused_with_a_clear_error_and_writes_nothing(backend):
     rid = backend.create_run("p", params={"lr": 0.1})
     backend.log_metrics(rid, [MetricPoint("loss", 0, 1.0, 0.0)])
-    with pytest.raises((TrackingError, ValueError)) as info:
-        call(backend, rid)
-    assert fragment in str(info.value)
+    for n, (call, fragment) in enumerate(BAD_INPUT):
+        with pytest.raises((TrackingError, ValueError)) as info:
+            call(backend, rid)
+        assert fragment in str(info.value), (n, str(info.value))
     assert (
         _count(backend, Run) == 1 and _count(backend, Param) == 1 and _count(backend, Metric) == 1
     )
