@@ -80,7 +80,13 @@ def check_sha(sha256: str) -> str:
 class ArtifactStore(Protocol):
     """What the tracker needs from a store of bytes named by their sha256."""
 
-    def put_file(self, path: str | os.PathLike[str]) -> tuple[str, int, bool]:
+    def put_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> tuple[str, int, bool]:
         """Store a file; (sha256, size, True if the bytes were new)."""
         ...
 
@@ -138,15 +144,24 @@ class LocalArtifactStore:
         return self.path(sha256).is_file()
 
     def put_file(
-        self, path: str | os.PathLike[str], *, before_commit: Callable[[str], Any] | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
     ) -> tuple[str, int, bool]:
         """Store a file; ``before_commit(sha256)`` runs once the hash is known and before the
-        object becomes visible or is found to exist (the tracker records its upload intent)."""
+        object becomes visible or is found to exist (the tracker records its upload intent);
+        ``progress(n)`` after every n bytes written."""
         with open(path, "rb", buffering=0) as src:
-            return self.put_stream(src, before_commit=before_commit)
+            return self.put_stream(src, before_commit=before_commit, progress=progress)
 
     def put_stream(
-        self, src: BinaryIO, *, before_commit: Callable[[str], Any] | None = None
+        self,
+        src: BinaryIO,
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
     ) -> tuple[str, int, bool]:
         part = self.tmp / f"{uuid.uuid4().hex}.part"
         h = hashlib.sha256()
@@ -169,6 +184,8 @@ class LocalArtifactStore:
                     pending = self._pool.submit(out.write, view)
                     size += n
                     i += 1
+                    if progress is not None:
+                        progress(n)
                 if pending is not None:
                     pending.result()
                 if self.fsync:
@@ -257,9 +274,17 @@ class S3ArtifactStore:
             raise ArtifactError(f"invalid S3 bucket name {bucket!r}: 3-63 of [a-z0-9.-]")
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.client = client or boto3.client(
-            "s3", endpoint_url=endpoint_url, region_name=os.environ.get("AWS_REGION", "us-east-1")
-        )
+        if client is None:
+            from botocore.config import Config
+
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=os.environ.get("AWS_REGION", "us-east-1"),
+                # Path-style addressing: S3-compatible servers on an address, not a domain.
+                config=Config(s3={"addressing_style": "path"}) if endpoint_url else None,
+            )
+        self.client = client
         self.transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -284,8 +309,17 @@ class S3ArtifactStore:
                 return False
             raise
 
-    def put_file(self, path: str | os.PathLike[str]) -> tuple[str, int, bool]:
+    def put_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> tuple[str, int, bool]:
+        """Hash, then upload unless the object exists (see LocalArtifactStore.put_file)."""
         sha, size = sha256_file(path)
+        if before_commit is not None:
+            before_commit(sha)
         if self.exists(sha):
             return sha, size, False
         self.client.upload_file(
@@ -294,6 +328,7 @@ class S3ArtifactStore:
             self.key(sha),
             ExtraArgs={"Metadata": {"sha256": sha}},
             Config=self.transfer,
+            Callback=progress,
         )
         return sha, size, True
 

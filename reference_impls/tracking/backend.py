@@ -11,15 +11,11 @@ reference names (collected later), never a reference to missing bytes.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reference_impls.tracking.artifacts import (
-    ArtifactStore,
-    LocalArtifactStore,
-    open_artifact_store,
-)
+from reference_impls.tracking.artifacts import ArtifactStore, open_artifact_store
 from reference_impls.tracking.cache import HotCache
 from reference_impls.tracking.errors import ArtifactError
 from reference_impls.tracking.lineage import Graph, lineage
@@ -120,23 +116,18 @@ class EmbeddedBackend:
         *,
         kind: str = "file",
         promoted: bool = False,
+        progress: Callable[[int], Any] | None = None,
     ) -> ArtifactRef:
+        """Upload (or find) the bytes, then commit the reference (module docstring)."""
         name = check_artifact_name(name or Path(path).name)
         if not Path(path).is_file():
             raise ArtifactError(f"{path} is not a file; log_artifact takes one file")
         intent: list[int] = []
-        if isinstance(self.store, LocalArtifactStore):
-            sha, size, _new = self.store.put_file(
-                path, before_commit=lambda sha: intent.append(self.meta.begin_upload(sha))
-            )
-        else:
-            from reference_impls.tracking.artifacts import sha256_file
-
-            sha, size = sha256_file(path)
-            intent.append(self.meta.begin_upload(sha))
-            sha2, size2, _new = self.store.put_file(path)
-            if (sha2, size2) != (sha, size):
-                raise ArtifactError(f"{path} changed while it was being logged; log it again")
+        sha, size, _new = self.store.put_file(
+            path,
+            before_commit=lambda sha: intent.append(self.meta.begin_upload(sha)),
+            progress=progress,
+        )
         ref = self.meta.add_artifact(
             run_id,
             name,
