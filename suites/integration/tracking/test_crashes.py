@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 UPLOADER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     from reference_impls.tracking.backend import EmbeddedBackend
     db, store, src, marker = sys.argv[1:5]
@@ -36,7 +36,8 @@ UPLOADER = textwrap.dedent(
     def progress(n):
         done[0] += n
         if done[0] >= 4 << 20:  # some bytes are out: tell the parent, then hang mid-upload
-            Path(marker).write_text(run_id)
+            Path(marker + ".tmp").write_text(run_id)
+            os.replace(marker + ".tmp", marker)  # whole, never seen half-written
             time.sleep(3600)
     backend.log_artifact(run_id, src, "big.bin", progress=progress)
     """
@@ -44,7 +45,7 @@ UPLOADER = textwrap.dedent(
 
 FLUSHER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     from reference_impls.tracking.client import Tracker
     db, art, marker = sys.argv[1:4]
@@ -58,7 +59,8 @@ FLUSHER = textwrap.dedent(
     meta = tracker.backend.meta
     original = meta.log_metrics
     def flagged(run_id, points):
-        Path(marker).write_text(run_id)
+        Path(marker + ".tmp").write_text(run_id)
+        os.replace(marker + ".tmp", marker)  # whole, never seen half-written
         return original(run_id, points)
     meta.log_metrics = flagged
     for s in range(1000, 101_000):  # the 100,000th point wakes the background writer
@@ -112,7 +114,7 @@ def test_sigkill_during_an_upload_leaves_no_dangling_reference(store_kind, tmp_p
         }
         store_spec = f"s3://{s3.bucket}/tracking?endpoint_url={server.endpoint}"
     src = tmp_path / "big.bin"
-    src.write_bytes(np.random.default_rng(7).bytes(40 << 20))  # > one 16 MiB part on S3
+    src.write_bytes(np.random.default_rng(7).bytes(24 << 20))  # two 16 MiB parts on S3
     marker = tmp_path / "marker"
     proc = _spawn(UPLOADER, str(db), store_spec, str(src), str(marker), env=env)
     _wait_for(marker, proc)
