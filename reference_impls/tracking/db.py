@@ -20,7 +20,14 @@ from sqlalchemy.exc import DBAPIError
 if TYPE_CHECKING:
     from alembic.config import Config
 
-__all__ = ["current_revision", "head_revision", "migrate", "normalize_url", "open_engine"]
+__all__ = [
+    "current_revision",
+    "downgrade",
+    "head_revision",
+    "migrate",
+    "normalize_url",
+    "open_engine",
+]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 HEAD = "0001"
@@ -117,3 +124,13 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str = "base") -> None:
+    """Undo migrations down to ``revision`` ("base": no tables at all)."""
+    from alembic import command
+
+    cfg = _config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
