@@ -20,7 +20,7 @@ from reference_impls.tracking.schema import Base
 
 
 def test_the_head_constant_names_the_newest_migration():
-    assert HEAD == head_revision()
+    assert head_revision() == HEAD
 
 
 @pytest.mark.parametrize("db_kind", ["sqlite", "postgresql"])

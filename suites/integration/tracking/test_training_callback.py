@@ -54,6 +54,6 @@ def test_a_training_run_is_recorded_with_params_metrics_and_checkpoints(tmp_path
     assert final.read_bytes() == (run_dir / "latest.pt").read_bytes()
     graph = tracker.lineage(f"run:{info.id}", "forward")
     assert len([n for n in graph.nodes if n.startswith("artifact:")]) == len(
-        set(a.sha256 for a in backend.artifacts(info.id))
+        {a.sha256 for a in backend.artifacts(info.id)}
     )
     assert "code:abc" in tracker.lineage(f"run:{info.id}").nodes
