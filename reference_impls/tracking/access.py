@@ -83,7 +83,7 @@ class Access:
         return UserInfo(int(uid), name, admin)
 
     def user(self, name: str) -> UserInfo:
-        with self.meta.engine.connect() as conn:
+        with self.meta.read_engine.connect() as conn:
             row = conn.execute(
                 select(User.id, User.name, User.is_admin).where(User.name == name)
             ).first()
@@ -116,7 +116,7 @@ class Access:
                 "no token: send 'Authorization: Bearer <token>' (create one with "
                 "`python -m reference_impls.tracking token create USER`)"
             )
-        with self.meta.engine.connect() as conn:
+        with self.meta.read_engine.connect() as conn:
             row = conn.execute(
                 select(User.id, User.name, User.is_admin, Token.revoked)
                 .join(Token, Token.user_id == User.id)
@@ -150,7 +150,7 @@ class Access:
             )
 
     def role(self, user: UserInfo, project: str) -> Role | None:
-        with self.meta.engine.connect() as conn:
+        with self.meta.read_engine.connect() as conn:
             r = conn.scalar(
                 select(Membership.role)
                 .join(Project, Project.id == Membership.project_id)
@@ -176,7 +176,7 @@ class Access:
     def visible_projects(self, user: UserInfo) -> list[str]:
         if user.is_admin:
             return self.meta.projects()
-        with self.meta.engine.connect() as conn:
+        with self.meta.read_engine.connect() as conn:
             return sorted(
                 conn.scalars(
                     select(Project.name)

@@ -140,9 +140,7 @@ class Run:
     # ------------------------------------------------------------------ logging
     def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         ts = time.time()
-        points = []
-        for key, value in metrics.items():
-            points.append(MetricPoint(key, step, check_metric(key, value, step), ts))
+        points = [MetricPoint(k, step, check_metric(k, v, step), ts) for k, v in metrics.items()]
         with self._cond:
             self._raise_pending()
             if self._closing:

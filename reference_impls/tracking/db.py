@@ -27,6 +27,7 @@ __all__ = [
     "migrate",
     "normalize_url",
     "open_engine",
+    "open_read_engine",
 ]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -54,7 +55,7 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     )
 
 
-def _sqlite_setup(engine: Engine) -> None:
+def _sqlite_setup(engine: Engine, *, immediate: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         # The driver's own transaction handling is switched off; SQLAlchemy's "begin" event
@@ -69,7 +70,7 @@ def _sqlite_setup(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def open_engine(url: str | os.PathLike[str], *, migrate_schema: bool = True) -> Engine:
@@ -86,6 +87,17 @@ def open_engine(url: str | os.PathLike[str], *, migrate_schema: bool = True) -> 
     if migrate_schema:
         migrate(engine)
     return engine
+
+
+def open_read_engine(engine: Engine) -> Engine:
+    """An engine for reads next to a writing one. On SQLite its transactions begin DEFERRED:
+    in WAL mode readers see a consistent snapshot without taking the write lock, so reads
+    never queue behind each other or behind a writer. On PostgreSQL it is the same engine."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    reader = create_engine(engine.url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    _sqlite_setup(reader, immediate=False)
+    return reader
 
 
 def _config() -> Config:

@@ -86,7 +86,7 @@ def lineage(meta: Any, node: str, *, direction: str = "backward") -> Graph:
     step = select(far.label("node")).join(reach, near == reach.c.node)
     reach = reach.union(step)
     nodes_q = select(reach.c.node)
-    with meta.engine.connect() as conn:
+    with meta.read_engine.connect() as conn:
         reached = set(conn.scalars(nodes_q))
         known = reached | {node}
         if not reached and not _exists(conn, node):

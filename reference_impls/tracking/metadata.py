@@ -23,7 +23,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 
-from reference_impls.tracking.db import open_engine
+from reference_impls.tracking.db import open_engine, open_read_engine
 from reference_impls.tracking.errors import IntegrityError, NotFoundError, TrackingError
 from reference_impls.tracking.schema import (
     Artifact,
@@ -156,18 +156,35 @@ def _param_value(kind: str, num: float | None, text: str | None) -> Any:
     return text
 
 
+_CHECKED_KEYS: set[str] = set()  # names that passed check_key (a few per run in practice)
+_MAX_CHECKED_KEYS = 100_000
+
+
 def check_metric(key: str, value: object, step: object) -> float:
-    check_key(key, "metric name")
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+    """The point's value as a float, or a TrackingError naming the key, step and problem.
+
+    Called for every point on the training thread, so the common case (a known key, an int
+    step, a float or int value) takes a few type checks and one set lookup."""
+    if key not in _CHECKED_KEYS:
+        check_key(key, "metric name")
+        if len(_CHECKED_KEYS) < _MAX_CHECKED_KEYS:
+            _CHECKED_KEYS.add(key)
+    if type(step) is not int or not 0 <= step <= MAX_STEP:  # bool is not an int step
         raise TrackingError(f"metric {key}: step must be an integer in [0, 2**31), got {step!r}")
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    kind = type(value)
+    if kind is float:
+        number: float = value  # type: ignore[assignment]
+    elif kind is int:
+        number = float(value)  # type: ignore[arg-type]
+    elif kind is bool:
+        raise TrackingError(f"metric {key} at step {step} is bool, not a number")
+    else:
         try:  # numpy and torch scalars
-            value = float(value)  # type: ignore[arg-type]
+            number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise TrackingError(
-                f"metric {key} at step {step} is {type(value).__name__}, not a number"
+                f"metric {key} at step {step} is {kind.__name__}, not a number"
             ) from None
-    number = float(value)
     if not math.isfinite(number):
         # SQLite stores NaN as NULL, so a non-finite point cannot be kept faithfully on both
         # databases; refusing it at the call loses nothing silently.
@@ -189,6 +206,7 @@ class MetadataStore:
         self.engine = (
             url_or_engine if isinstance(url_or_engine, Engine) else open_engine(url_or_engine)
         )
+        self.read_engine = open_read_engine(self.engine)  # reads only (see db.py)
         self._projects: dict[str, int] = {}
 
     @property
@@ -197,6 +215,7 @@ class MetadataStore:
 
     def close(self) -> None:
         self.engine.dispose()
+        self.read_engine.dispose()
 
     # ------------------------------------------------------------------ projects and runs
     def project_id(self, name: str, *, create: bool = True) -> int:
@@ -219,7 +238,7 @@ class MetadataStore:
         return pid
 
     def projects(self) -> list[str]:
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             return list(conn.scalars(select(Project.name).order_by(Project.name)))
 
     def create_run(
@@ -328,14 +347,13 @@ class MetadataStore:
             cur = latest.get(p.key)
             if cur is None or p.step >= cur.step:
                 latest[p.key] = p
-        rows = [
-            {"run_id": run_id, "key": p.key, "step": p.step, "ts": p.ts, "value": p.value}
-            for p in points
-        ]
-        stmt = _insert(self.engine, Metric)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["run_id", "key", "step"],
-            set_={"value": stmt.excluded.value, "ts": stmt.excluded.ts},
+        rows = [(run_id, p.key, p.step, p.ts, p.value) for p in points]
+        mark = "?" if self.dialect == "sqlite" else "%s"
+        # The driver's executemany straight away: per-row statement building in SQLAlchemy
+        # would cost more than the database's insert (values are checked above).
+        upsert = (
+            f"INSERT INTO metrics (run_id, key, step, ts, value) VALUES ({', '.join([mark] * 5)}) "
+            "ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value, ts = excluded.ts"
         )
         lstmt = _insert(self.engine, LatestMetric)
         lstmt = lstmt.on_conflict_do_update(
@@ -346,7 +364,7 @@ class MetadataStore:
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
             for i in range(0, len(rows), SQL_CHUNK):
-                conn.execute(stmt, rows[i : i + SQL_CHUNK])
+                conn.exec_driver_sql(upsert, rows[i : i + SQL_CHUNK])
             conn.execute(
                 lstmt,
                 [
@@ -358,7 +376,7 @@ class MetadataStore:
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float, float]]:
         """[(step, value, ts)] in step order."""
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             rows = conn.execute(
                 select(Metric.step, Metric.value, Metric.ts)
                 .where(Metric.run_id == run_id, Metric.key == key)
@@ -367,7 +385,7 @@ class MetadataStore:
             return [tuple(r) for r in rows]  # type: ignore[misc]
 
     def metric_keys(self, run_id: str) -> list[str]:
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             return list(
                 conn.scalars(
                     select(LatestMetric.key)
@@ -388,7 +406,7 @@ class MetadataStore:
         if not run_ids:
             return []
         ids = list(run_ids)
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             rows = conn.execute(
                 select(*Run.__table__.c, Project.name.label("pname"))
                 .join(Project, Project.id == Run.project_id)
@@ -419,7 +437,7 @@ class MetadataStore:
         return [by_id[i] for i in ids if i in by_id]
 
     def run_project(self, run_id: str) -> str:
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             name = conn.scalar(
                 select(Project.name).join(Run, Run.project_id == Project.id).where(Run.id == run_id)
             )
@@ -431,7 +449,7 @@ class MetadataStore:
         stmt = select(func.count()).select_from(Run).where(Run.deleted_at.is_(None))
         if project is not None:
             stmt = stmt.where(Run.project_id == self.project_id(project, create=False))
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             return int(conn.scalar(stmt) or 0)
 
     # ------------------------------------------------------------------ artifacts
@@ -491,11 +509,11 @@ class MetadataStore:
         stmt = select(Artifact.__table__).where(Artifact.run_id == run_id).order_by(Artifact.name)
         if not include_deleted:
             stmt = stmt.where(Artifact.deleted_at.is_(None))
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             return [_ref(a) for a in conn.execute(stmt)]
 
     def artifact(self, run_id: str, name: str) -> ArtifactRef:
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             a = conn.execute(
                 select(Artifact.__table__).where(
                     Artifact.run_id == run_id,
@@ -520,7 +538,7 @@ class MetadataStore:
     def referenced_hashes(self, *, upload_grace_s: float) -> set[str]:
         """Hashes collection must keep: any artifact row (live or soft-deleted, which can still
         be restored) and any upload intent younger than the grace period."""
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             refs = set(conn.scalars(select(Artifact.sha256).distinct()))
             refs |= set(
                 conn.scalars(
@@ -644,14 +662,14 @@ class MetadataStore:
             astmt = astmt.join(Run, Run.id == Artifact.run_id).where(
                 Run.project_id == self.project_id(project, create=False)
             )
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             runs = [tuple(r) for r in conn.execute(stmt)]
             arts = [_ref(a) for a in conn.execute(astmt)]
         return runs, arts
 
     def all_live_hash_counts(self) -> dict[str, int]:
         """sha256 -> number of artifact rows (live or soft-deleted) referencing it."""
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             return {
                 sha: int(n)
                 for sha, n in conn.execute(
@@ -662,7 +680,7 @@ class MetadataStore:
     def sizes_of(self, hashes: Iterable[str]) -> dict[str, int]:
         hs = list(hashes)
         out: dict[str, int] = {}
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             for i in range(0, len(hs), 500):
                 out.update(
                     conn.execute(

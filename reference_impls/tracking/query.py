@@ -796,7 +796,7 @@ def search_runs(
     stmt = compile_query(
         q, pid, now=time.time() if now is None else now, offset=offset, limit=size + 1
     )
-    with meta.engine.connect() as conn:
+    with meta.read_engine.connect() as conn:
         ids = list(conn.scalars(stmt))
     more = len(ids) > size
     ids = ids[:size]

@@ -232,7 +232,7 @@ def _referenced_after_purge(
 
     from reference_impls.tracking.schema import Artifact
 
-    with meta.engine.connect() as conn:
+    with meta.read_engine.connect() as conn:
         kept = set(
             conn.scalars(
                 select(Artifact.sha256)
