@@ -2,12 +2,14 @@
 
 Two backends with one interface:
 
-``LocalArtifactStore(root)``   ``root/objects/ab/abcdef...`` on a local filesystem. A put
-    streams the source once: each chunk is hashed on this thread while a second thread writes
-    it to ``root/tmp/<random>.part`` (hashlib and file writes release the GIL, so the two
-    overlap on two cores); the file is fsynced and renamed into place, so an object either is
-    complete under its name or is not there at all. If the object already exists the
-    temporary file is dropped (deduplication).
+``LocalArtifactStore(root)``   ``root/objects/ab/abcdef...`` on a local filesystem. A put of
+    a file lets the kernel copy it to ``root/tmp/<random>.part`` (``copy_file_range``: no
+    bytes pass through Python) on a second thread while this thread hashes the same file
+    (hashlib releases the GIL, so the two overlap on two cores); a file that changes meanwhile
+    (size or mtime) is refused. A put of a stream hashes each chunk while a second thread
+    writes the previous one. Either way the temporary file is fsynced and renamed into place,
+    so an object either is complete under its name or is not there at all. If the object
+    already exists the temporary file is dropped (deduplication).
 ``S3ArtifactStore(bucket, ...)``  ``s3://bucket/prefix/objects/ab/abcdef...`` through boto3.
     The source is hashed first (a local read is ~20x faster than an upload here), an existing
     object is not uploaded again, a new one goes through boto3's managed transfer (multipart
@@ -131,7 +133,7 @@ class LocalArtifactStore:
         self.objects.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-write")
+        self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="artifact-write")
 
     def path(self, sha256: str) -> Path:
         check_sha(sha256)
@@ -153,8 +155,31 @@ class LocalArtifactStore:
         """Store a file; ``before_commit(sha256)`` runs once the hash is known and before the
         object becomes visible or is found to exist (the tracker records its upload intent);
         ``progress(n)`` after every n bytes written."""
-        with open(path, "rb", buffering=0) as src:
-            return self.put_stream(src, before_commit=before_commit, progress=progress)
+        before = os.stat(path)
+        part = self.tmp / f"{uuid.uuid4().hex}.part"
+        try:
+            # The kernel copies (copy_file_range: no bytes through Python) while this thread
+            # hashes the same file from the page cache; the two overlap on two cores.
+            copy = self._pool.submit(shutil.copyfile, path, part)
+            h = hashlib.sha256()
+            size = 0
+            with open(path, "rb", buffering=0) as src:
+                buf = bytearray(CHUNK)
+                view = memoryview(buf)
+                while n := src.readinto(buf):
+                    h.update(view[:n])
+                    size += n
+                    if progress is not None:
+                        progress(n)
+            copy.result()
+            after = os.stat(path)
+            if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or (
+                part.stat().st_size != size
+            ):
+                raise ArtifactError(f"{path} changed while it was being stored; log it again")
+            return self._commit(part, h.hexdigest(), size, before_commit)
+        finally:
+            part.unlink(missing_ok=True)
 
     def put_stream(
         self,
@@ -188,28 +213,37 @@ class LocalArtifactStore:
                         progress(n)
                 if pending is not None:
                     pending.result()
-                if self.fsync:
-                    os.fsync(out.fileno())
-            sha = h.hexdigest()
-            if before_commit is not None:
-                before_commit(sha)
-            final = self.path(sha)
-            if final.exists():
-                # Fresh mtime: collection spares objects younger than its grace period, so
-                # bytes about to be referenced again are not collected in between.
-                os.utime(final)
-                return sha, size, False
-            final.parent.mkdir(exist_ok=True)
-            os.replace(part, final)
-            if self.fsync:
-                fd = os.open(final.parent, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            return sha, size, True
+            return self._commit(part, h.hexdigest(), size, before_commit)
         finally:
             part.unlink(missing_ok=True)
+
+    def _commit(
+        self, part: Path, sha: str, size: int, before_commit: Callable[[str], Any] | None
+    ) -> tuple[str, int, bool]:
+        """Publish a complete temporary file under its hash (or drop it: a duplicate)."""
+        if self.fsync:
+            fd = os.open(part, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if before_commit is not None:
+            before_commit(sha)
+        final = self.path(sha)
+        if final.exists():
+            # Fresh mtime: collection spares objects younger than its grace period, so bytes
+            # about to be referenced again are not collected in between.
+            os.utime(final)
+            return sha, size, False
+        final.parent.mkdir(exist_ok=True)
+        os.replace(part, final)
+        if self.fsync:
+            fd = os.open(final.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return sha, size, True
 
     def get_to_file(self, sha256: str, dest: str | os.PathLike[str], size: int) -> None:
         src = self.path(sha256)

@@ -435,10 +435,10 @@ out["search_found"] = found
 # artifacts: the same file logged to three runs
 src = cfg["artifact"]
 if src:
-    mlflow.set_experiment("art")
+    art_exp = exp("art")
     took = []
     for r in range(3):
-        with mlflow.start_run():
+        with mlflow.start_run(experiment_id=art_exp):
             t0 = time.perf_counter()
             mlflow.log_artifact(src)
             took.append(time.perf_counter() - t0)
