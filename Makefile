@@ -12,11 +12,12 @@ STAMP := $(VENV)/.harness-installed
 # Extra pytest arguments for `make test`, e.g. make test ARGS="-x -k quarantine".
 ARGS ?=
 
-.PHONY: run test venv lock clean help
+.PHONY: run test lint venv lock clean help
 
 help:
 	@echo "make run     the main job: harness ci on the default tiers (reports in reports/)"
 	@echo "make test    the full CPU test run (what .ci/run calls); ARGS='...' adds pytest args"
+	@echo "make lint    ruff (lint and format check) and mypy, as make test runs them"
 	@echo "make venv    build .venv from $(LOCK) if it is missing or stale"
 	@echo "make lock    regenerate requirements/*.lock from requirements/cpu.in"
 	@echo "make clean   remove .venv, reports and caches"
@@ -41,6 +42,12 @@ test: $(STAMP)
 	@rc=0; $(PY) -m pytest $(ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "!! pytest collected no tests (exit 5): failing the run" >&2; fi; \
 	exit $$rc
+
+# Lint, format and types: the configuration is in pyproject.toml ([tool.ruff], [tool.mypy]).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 lock:
 	PYTHON=$(PYTHON) requirements/lock.sh

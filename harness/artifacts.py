@@ -587,7 +587,7 @@ def _check_shape(expected: tuple[Dim, ...], actual: tuple, path: str, ctx: _Cont
     wrong = len(expected) != len(actual)
     notes = []
     if not wrong:
-        for want, got in zip(expected, actual):
+        for want, got in zip(expected, actual, strict=True):
             if isinstance(want, int):
                 wrong |= want != got
             elif isinstance(want, str):

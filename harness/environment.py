@@ -184,7 +184,7 @@ def read_lock(path: str | os.PathLike) -> list[LockEntry]:
         if not line:
             continue
 
-        def fail(problem: str) -> LockFileError:
+        def fail(problem: str, number: int = number, raw: str = raw) -> LockFileError:
             return LockFileError(
                 f"{path}:{number}: {problem}: {raw.strip()!r}", path=path, line=number
             )

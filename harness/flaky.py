@@ -158,7 +158,8 @@ def classify(
     same_fail = [r.failed for r in same_seed]
     if any(same_fail) and not all(same_fail):
         return "nondeterministic", (
-            f"{sum(same_fail)} of {len(same_fail)} runs under the same seed {same_seed[0].seed} failed"
+            f"{sum(same_fail)} of {len(same_fail)} runs under the same seed "
+            f"{same_seed[0].seed} failed"
         )
     by_seed: dict[int, set[bool]] = {}
     for r in everything:

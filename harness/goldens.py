@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeGuard
 
 __all__ = ["GoldenError", "GoldenFile", "GoldenResult", "compare"]
 
@@ -81,11 +82,14 @@ def compare(
     values = value if isinstance(value, list) else [value]
     goldens = golden if isinstance(golden, list) else [golden]
     if isinstance(value, list) != isinstance(golden, list) or len(values) != len(goldens):
-        shape = lambda v: f"a list of {len(v)}" if isinstance(v, list) else "a scalar"  # noqa: E731
+
+        def shape(v: object) -> str:
+            return f"a list of {len(v)}" if isinstance(v, list) else "a scalar"
+
         return f"golden {name!r}: got {shape(value)}, recorded {shape(golden)}"
     worst = None
     bad = 0
-    for i, (v, g) in enumerate(zip(values, goldens)):
+    for i, (v, g) in enumerate(zip(values, goldens, strict=True)):
         allowed = atol + rtol * abs(g)
         diff = abs(v - g)
         if not (math.isfinite(v) and diff <= allowed):
@@ -111,15 +115,15 @@ class GoldenFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._data: dict[str, dict[str, dict]] | None = None
-        self._changed: dict[tuple[str, str], dict] = {}
+        self._data: dict[str, dict[str, dict[str, Any]]] | None = None
+        self._changed: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def _load(self) -> dict[str, dict[str, dict]]:
+    def _load(self) -> dict[str, dict[str, dict[str, Any]]]:
         if self._data is None:
             self._data = self._read()
         return self._data
 
-    def _read(self) -> dict[str, dict[str, dict]]:
+    def _read(self) -> dict[str, dict[str, dict[str, Any]]]:
         if not self.path.exists():
             return {}
         try:
@@ -133,7 +137,7 @@ class GoldenFile:
             raise GoldenError(f"golden file {self.path}: expected an object of objects per test")
         return data
 
-    def get(self, test: str, name: str) -> dict | None:
+    def get(self, test: str, name: str) -> dict[str, Any] | None:
         return self._load().get(test, {}).get(name)
 
     def check(
@@ -168,7 +172,13 @@ class GoldenFile:
                 )
             self._set(test, name, entry)
             return GoldenResult("recorded", name, floats)
-        problem = compare(name, floats, recorded.get("value"), rtol=rtol, atol=atol)
+        stored = recorded.get("value")
+        if not _is_golden_value(stored):
+            raise GoldenError(
+                f"golden {name!r} of {test} in {self.path} has no numeric 'value' (found "
+                f"{stored!r}); fix the file or re-record it with --harness-update-goldens"
+            )
+        problem = compare(name, floats, stored, rtol=rtol, atol=atol)
         if problem:
             raise GoldenError(
                 f"{problem}\n  recorded in {self.path} [{test!r}]; if the change is intended, "
@@ -176,7 +186,7 @@ class GoldenFile:
             )
         return GoldenResult("matched", name, floats)
 
-    def _set(self, test: str, name: str, entry: dict) -> None:
+    def _set(self, test: str, name: str, entry: dict[str, Any]) -> None:
         self._load().setdefault(test, {})[name] = entry
         self._changed[(test, name)] = entry
 
@@ -204,3 +214,12 @@ class GoldenFile:
             raise
         self._data = data
         self._changed.clear()
+
+
+def _is_golden_value(value: object) -> TypeGuard[float | list[float]]:
+    """A recorded value is a number or a list of numbers (bools are not numbers here)."""
+
+    def number(v: object) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    return number(value) or (isinstance(value, list) and all(number(v) for v in value))

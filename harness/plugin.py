@@ -402,7 +402,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash[STATE]
     det = "on" if state.deterministic else "off"
     lines = [
-        f"harness: seed {state.seed} ({state.seed_source}; replay with --harness-seed={state.seed}),"
+        f"harness: seed {state.seed} ({state.seed_source}; "
+        f"replay with --harness-seed={state.seed}),"
         f" deterministic mode {det}{' (CI)' if state.ci else ''}"
         + (f", hypothesis profile {state.hypothesis_profile}" if state.hypothesis_profile else ""),
         f"harness: tiers {', '.join(state.selected) if state.selected else 'all'}"

@@ -1,6 +1,6 @@
 """The flaky-test quarantine: reading, validating and editing ``quarantine.toml``.
 
-Quarantine, not retries (docs: DESIGN.md). A quarantined test still runs on every CI run; its
+Quarantine, not retries (docs/harness.md). A quarantined test still runs on every CI run; its
 failures are reported but do not fail the gate. Every entry says why (``reason``), where the fix
 is tracked (``issue``), when it was quarantined (``added``) and until when (``expires``)::
 
@@ -258,7 +258,7 @@ def remove(path: os.PathLike | str, test: str) -> Entry:
 
     lines = text.split("\n")
     preamble, blocks = _split_blocks(lines)
-    kept = [block for block, entry in zip(blocks, entries) if entry is not target]
+    kept = [block for block, entry in zip(blocks, entries, strict=True) if entry is not target]
     _write_validated(path, _join(preamble, kept))
     return target
 
@@ -333,7 +333,7 @@ def _parse(path: Path, text: str) -> list[Entry]:
 
     entries: list[Entry] = []
     seen: dict[str, int] = {}
-    for index, (header, raw) in enumerate(zip(headers, raw_entries)):
+    for index, (header, raw) in enumerate(zip(headers, raw_entries, strict=True)):
         header_line = header + 1
         end = _block_end(lines, header)
 
@@ -551,7 +551,9 @@ def _split_blocks(lines: list[str]) -> tuple[list[str], list[list[str]]]:
         return _strip_blank(lines), []
     preamble = _strip_blank(lines[: starts[0]])
     bounds = [*starts, len(lines)]
-    blocks = [_strip_blank(lines[begin:end]) for begin, end in zip(bounds, bounds[1:])]
+    blocks = [
+        _strip_blank(lines[begin:end]) for begin, end in zip(bounds, bounds[1:], strict=False)
+    ]
     return preamble, blocks
 
 
@@ -605,7 +607,7 @@ def _write_validated(path: Path, text: str) -> list[Entry]:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    handle = tempfile.NamedTemporaryFile(
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below; its name outlives it)
         "w",
         encoding="utf-8",
         newline="\n",

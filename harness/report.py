@@ -116,7 +116,8 @@ def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run")
             q = t["quarantine"]
             lines.append(
                 f"- {_code(t['nodeid'])} failed: {_one_line(t.get('message'))}; "
-                f"{_one_line(q.get('reason'))} ([tracking]({q.get('issue')}), expires {q.get('expires')})"
+                f"{_one_line(q.get('reason'))} ([tracking]({q.get('issue')}), "
+                f"expires {q.get('expires')})"
             )
         for t in q_passed:
             q = t["quarantine"]

@@ -38,7 +38,7 @@ def new_base_seed() -> int:
 def derive_seed(base_seed: int, nodeid: str) -> int:
     """The seed of one test: stable across processes and Python versions (no ``hash()``)."""
     digest = hashlib.sha256(f"{base_seed}:{nodeid}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % 2**SEED_BITS
+    return int.from_bytes(digest[:8], "big") % (1 << SEED_BITS)
 
 
 def seed_everything(seed: int) -> list[str]:

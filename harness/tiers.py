@@ -168,8 +168,8 @@ def check_need(need: str) -> str | None:
         )
     if kind == "exe":
         beside_python = Path(sys.executable).parent
-        found = shutil.which(arg) or shutil.which(arg, path=str(beside_python))
-        return None if found else f"needs {need}: {arg!r} is not on PATH nor in {beside_python}"
+        exe = shutil.which(arg) or shutil.which(arg, path=str(beside_python))
+        return None if exe else f"needs {need}: {arg!r} is not on PATH nor in {beside_python}"
     # env
     return None if os.environ.get(arg) else f"needs {need}: environment variable {arg} is not set"
 

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-__all__ = ["DEFAULT_TOLERANCES", "assert_close", "rel_error"]
+__all__ = ["DEFAULT_TOLERANCES", "assert_close", "assert_equal", "rel_error"]
 
 _EXACT = (0.0, 0.0)
 
@@ -135,17 +135,108 @@ def assert_close(
         The failure occurred at actual['w'][1].
         >>> assert_close(1.0, 1.1, rtol=0.1, atol=0.0)  # a loose bound: say why in real tests
     """
+    __tracebackhide__ = True  # a failure points at the test's line, not at this module
     if (rtol is None) != (atol is None):
         given, missing = ("rtol", "atol") if atol is None else ("atol", "rtol")
         raise ValueError(
             f"{given} was given without {missing}: pass both rtol and atol, or neither to use "
             f"the per-dtype defaults"
         )
-    if rtol is not None:
+    if rtol is not None and atol is not None:
         _check_tolerance("rtol", rtol)
         _check_tolerance("atol", atol)
         rtol, atol = float(rtol), float(atol)
     _compare(actual, expected, "actual", rtol, atol, equal_nan, check_dtype, msg)
+
+
+def assert_equal(
+    actual: Any,
+    expected: Any,
+    *,
+    bitwise: bool = False,
+    equal_nan: bool = False,
+    check_dtype: bool = True,
+    msg: str | None = None,
+) -> None:
+    """Assert exact equality: :func:`assert_close` with ``rtol=0, atol=0``.
+
+    The one spelling of "these must be equal" in the suites (as torch.testing recommends
+    ``functools.partial(assert_close, rtol=0, atol=0)`` over a second idiom), with the same
+    structure walk and failure report.
+
+    Args:
+        bitwise: also require the same bits in every leaf, where bits are the claim
+            (bit-identical resume, a deterministic kernel): ``-0.0`` differs from ``0.0``
+            and NaN matches only a NaN with the same payload. Implies ``equal_nan``.
+        equal_nan: let NaN match NaN.
+        check_dtype, msg: as for :func:`assert_close`.
+
+    Examples::
+
+        >>> assert_equal([1, 2.5], [1, 2.5])
+        >>> assert_equal(0.0, -0.0)
+        >>> assert_equal(0.0, -0.0, bitwise=True)
+        Traceback (most recent call last):
+        ...
+        AssertionError: Scalars are not bitwise equal: bytes 0000000000000000 vs 00000000000000...
+    """
+    __tracebackhide__ = True
+    assert_close(
+        actual,
+        expected,
+        rtol=0.0,
+        atol=0.0,
+        equal_nan=equal_nan or bitwise,
+        check_dtype=check_dtype,
+        msg=msg,
+    )
+    if bitwise:
+        _compare_bits(actual, expected, "actual", msg)
+
+
+def _compare_bits(actual: Any, expected: Any, path: str, msg: str | None) -> None:
+    # Called after assert_close passed: both sides have the same structure, shapes and dtypes.
+    __tracebackhide__ = True
+    kind = _kind(actual, path)
+    if kind == "mapping":
+        for key in expected:
+            _compare_bits(actual[key], expected[key], f"{path}[{key!r}]", msg)
+    elif kind == "sequence":
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            _compare_bits(a, e, f"{path}[{i}]", msg)
+    elif kind == "leaf":
+        a_bytes, e_bytes = _leaf_bytes(actual), _leaf_bytes(expected)
+        if a_bytes != e_bytes:
+            if len(a_bytes) <= 16:  # a scalar: show both bit patterns
+                line = f"Scalars are not bitwise equal: bytes {a_bytes.hex()} vs {e_bytes.hex()}"
+            else:
+                pairs = zip(a_bytes, e_bytes, strict=True)
+                first = next(i for i, (x, y) in enumerate(pairs) if x != y)
+                line = (
+                    "Tensors are not bitwise equal: the first differing byte is at offset "
+                    f"{first} of {len(a_bytes)}"
+                )
+            _fail(
+                [f"{line} (values compare equal; -0.0 vs 0.0 or NaN payloads differ)."], path, msg
+            )
+
+
+def _leaf_bytes(x: Any) -> bytes:
+    tensor = _torch_tensor_type()
+    if tensor is not None and isinstance(x, tensor):
+        import torch
+
+        flat = x.detach().to("cpu").contiguous().reshape(-1)
+        return bytes(flat.view(torch.uint8).numpy().tobytes())
+    if isinstance(x, float):
+        return np.float64(x).tobytes()
+    if isinstance(x, complex):
+        return np.complex128(x).tobytes()
+    if isinstance(x, bool):
+        return np.bool_(x).tobytes()
+    if isinstance(x, int):
+        return np.int64(x).tobytes()
+    return bytes(np.ascontiguousarray(x).tobytes())
 
 
 def rel_error(a: Any, b: Any) -> float:
@@ -198,7 +289,17 @@ def rel_error(a: Any, b: Any) -> float:
 # Structure
 
 
-def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) -> None:
+def _compare(
+    actual: Any,
+    expected: Any,
+    path: str,
+    rtol: float | None,
+    atol: float | None,
+    equal_nan: bool,
+    check_dtype: bool,
+    msg: str | None,
+) -> None:
+    __tracebackhide__ = True
     # Classify both sides before comparing kinds, so an unsupported leaf is reported as a
     # TypeError (a bug in the test) rather than as a mismatch (a bug in the code under test).
     expected_path = path.replace("actual", "expected", 1)
@@ -236,7 +337,7 @@ def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) ->
                 path,
                 msg,
             )
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             _compare(a, e, f"{path}[{i}]", rtol, atol, equal_nan, check_dtype, msg)
         return
     if _tensors_all_close(actual, expected, rtol, atol, equal_nan, check_dtype):
@@ -253,7 +354,7 @@ def _compare(actual, expected, path, rtol, atol, equal_nan, check_dtype, msg) ->
         _fail(lines, path, msg)
 
 
-def _kind(x, path: str) -> str:
+def _kind(x: Any, path: str) -> str:
     if x is None:
         return "none"
     if _is_leaf(x):
@@ -268,18 +369,19 @@ def _kind(x, path: str) -> str:
 
 
 def _fail(lines: list[str], path: str, msg: str | None) -> NoReturn:
+    __tracebackhide__ = True
     if path != "actual":  # only nested leaves need a location
         lines = [*lines, "", f"The failure occurred at {path}."]
     text = "\n".join(lines)
     raise AssertionError(f"{msg}\n\n{text}" if msg else text)
 
 
-def _type_name(x) -> str:
+def _type_name(x: Any) -> str:
     cls = type(x)
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _check_tolerance(name: str, value) -> None:
+def _check_tolerance(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
 
@@ -288,21 +390,21 @@ def _check_tolerance(name: str, value) -> None:
 # Leaves: everything becomes a NumPy array plus the dtype name it came with
 
 
-def _torch_tensor_type():
+def _torch_tensor_type() -> Any:
     # torch costs ~1.5 s to import. If the caller has not imported it, no tensor can exist,
     # so looking it up in sys.modules is both cheap and exact.
     torch = sys.modules.get("torch")
     return getattr(torch, "Tensor", None)
 
 
-def _is_leaf(x) -> bool:
+def _is_leaf(x: Any) -> bool:
     tensor = _torch_tensor_type()
     return isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)) or (
         tensor is not None and isinstance(x, tensor)
     )
 
 
-def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
+def _to_leaf(x: Any, path: str) -> tuple[np.ndarray, str]:
     """Return ``(values, dtype name)``; values keep their dtype unless NumPy lacks it."""
     tensor = _torch_tensor_type()
     if tensor is not None and isinstance(x, tensor):
@@ -333,7 +435,7 @@ def _to_leaf(x, path: str) -> tuple[np.ndarray, str]:
     raise TypeError(f"expected a tensor, array or number, got {_type_name(x)} (at {path})")
 
 
-def _tensor_to_numpy(t, path: str) -> tuple[np.ndarray, str]:
+def _tensor_to_numpy(t: Any, path: str) -> tuple[np.ndarray, str]:
     torch = sys.modules["torch"]
     name = str(t.dtype).removeprefix("torch.")
     t = t.detach()
@@ -372,7 +474,9 @@ def _norm2(x: np.ndarray) -> float:
 # Comparing two leaves
 
 
-def _tensors_all_close(a, e, rtol, atol, equal_nan, check_dtype) -> bool:
+def _tensors_all_close(
+    a: Any, e: Any, rtol: float | None, atol: float | None, equal_nan: bool, check_dtype: bool
+) -> bool:
     """Fast path: True when two dense real torch tensors on one device are close everywhere.
 
     Decided where the tensors live (a CUDA comparison never leaves the GPU) with the same rule
@@ -406,7 +510,9 @@ def _tensors_all_close(a, e, rtol, atol, equal_nan, check_dtype) -> bool:
     return bool(torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=equal_nan).all())
 
 
-def _compare_leaves(a, e, rtol, atol, equal_nan, check_dtype) -> list[str] | None:
+def _compare_leaves(
+    a: Any, e: Any, rtol: float | None, atol: float | None, equal_nan: bool, check_dtype: bool
+) -> list[str] | None:
     (av, a_dtype), (ev, e_dtype) = a, e
     if av.shape != ev.shape:  # never broadcast: (3,) against (1, 3) is a bug worth seeing
         return [f"shape mismatch: actual {av.shape}, expected {ev.shape}"]
@@ -440,8 +546,10 @@ def _compare_leaves(a, e, rtol, atol, equal_nan, check_dtype) -> list[str] | Non
     return lines
 
 
-def _tolerances(a_dtype: str, e_dtype: str, rtol, atol) -> tuple[float, float, str]:
-    if rtol is not None:
+def _tolerances(
+    a_dtype: str, e_dtype: str, rtol: float | None, atol: float | None
+) -> tuple[float, float, str]:
+    if rtol is not None and atol is not None:  # given together or not at all (assert_close)
         return rtol, atol, "given"
     for name in (a_dtype, e_dtype):
         if name not in DEFAULT_TOLERANCES:
@@ -464,7 +572,7 @@ def _common_integer(a: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return a.astype(np.int64), e.astype(np.int64)
 
 
-def _isclose(a: np.ndarray, e: np.ndarray, rtol: float, atol: float, equal_nan: bool):
+def _isclose(a: np.ndarray, e: np.ndarray, rtol: float, atol: float, equal_nan: bool) -> np.ndarray:
     # Same rule as torch.isclose: exact equality first (so inf matches only the same inf),
     # then the tolerance test for finite pairs only (inf - inf is nan, inf vs 1e308 is never
     # close however loose the tolerance).
@@ -477,7 +585,9 @@ def _isclose(a: np.ndarray, e: np.ndarray, rtol: float, atol: float, equal_nan: 
     return np.asarray(close)
 
 
-def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
+def _difference_lines(
+    a: np.ndarray, e: np.ndarray, bad: np.ndarray, rtol: float, atol: float, integral: bool
+) -> list[str]:
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if integral:  # only to find where; the reported values are exact below
             abs_diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
@@ -485,7 +595,7 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
             abs_diff = np.abs(a - e)
         rel_diff = abs_diff / np.abs(e.astype(np.float64) if integral else e)
 
-    def worst(diff: np.ndarray):
+    def worst(diff: np.ndarray) -> tuple[Any, ...] | None:
         # The largest difference among mismatched elements. NaN differences (from NaN inputs,
         # or inf against inf) are left out here and counted by _special_value_lines.
         candidates = np.asarray(bad & ~np.isnan(diff))
@@ -493,7 +603,7 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
             return None
         return np.unravel_index(int(np.argmax(np.where(candidates, diff, -np.inf))), diff.shape)
 
-    def value(kind: str, idx):
+    def value(kind: str, idx: Any) -> Any:
         if idx is None:
             return math.nan
         if not integral:
@@ -510,7 +620,7 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
             f"Relative difference: {value('relative', i_rel)!r} (up to {rtol!r} allowed)",
         ]
 
-    def at(idx) -> str:
+    def at(idx: Any) -> str:
         return "" if idx is None else f" at index {tuple(int(i) for i in idx)}"
 
     n_bad, n = int(bad.sum()), bad.size
@@ -523,7 +633,9 @@ def _difference_lines(a, e, bad, rtol, atol, integral) -> list[str]:
     ]
 
 
-def _special_value_lines(a, e, bad, equal_nan) -> list[str]:
+def _special_value_lines(
+    a: np.ndarray, e: np.ndarray, bad: np.ndarray, equal_nan: bool
+) -> list[str]:
     lines = []
     for label, test in (("NaN", np.isnan), ("Inf", np.isinf)):
         in_a, in_e = int((bad & test(a)).sum()), int((bad & test(e)).sum())

@@ -1,4 +1,7 @@
-"""Fixtures shared by the suites: testing the harness from the outside (write a project, run pytest on it)."""
+"""Fixtures shared by the suites.
+
+Testing the harness from the outside: write a project, run pytest on it.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +34,9 @@ if "TRITON_INTERPRET" not in os.environ:
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
-    """Write files (dedented) into the pytester directory: ``project({"suites/unit/test_a.py": src})``.
+    """Write files (dedented) into the pytester directory.
+
+    ``project({"suites/unit/test_a.py": src})``.
 
     The inner runs start outside CI unless a test sets ``CI`` itself, and with no seed from the
     environment, so the outer run's settings never leak in.

@@ -226,10 +226,12 @@ def _print_table(entries: list[q.Entry], today: datetime.date) -> None:
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(5)]
 
     def format_row(row: tuple[str, ...]) -> str:
-        return "  ".join([cell.ljust(width) for cell, width in zip(row, widths)] + [row[5]])
+        return "  ".join(
+            [cell.ljust(width) for cell, width in zip(row, widths, strict=False)] + [row[5]]
+        )
 
     click.secho(format_row(header), bold=True)
-    for entry, row in zip(entries, rows):
+    for entry, row in zip(entries, rows, strict=True):
         if entry.is_expired(today):
             click.secho(format_row(row), fg="red", bold=True)
         else:

@@ -2,7 +2,7 @@
 
 Library code, no click: ``harness.cli.perf`` is its command line. docs/perf.md is the user
 guide (baseline policy, exit codes, the factor); the asv pitfalls this package works around are
-recorded in PLATFORM.md ("asv (0.6.6) and pytest-benchmark"):
+recorded in docs/platform.md ("asv (0.6.6) and pytest-benchmark"):
 
 - Benchmarks always run in the current interpreter (``-E existing:PY``) and ``PY`` is always
   spelled ``os.path.abspath(sys.executable)``: asv derives the environment name from that literal

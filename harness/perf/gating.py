@@ -32,7 +32,7 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1  # a benchmark significantly slower than the factor allows, or failing
 EXIT_NOT_COMPARABLE = 2  # nothing could be compared: missing results, env or code mismatch
 
-# Ratios seen for identical code on a quiet 2-core CI machine: 0.90-1.06 (PLATFORM.md), so 1.2
+# Ratios seen for identical code on a quiet 2-core CI machine: 0.90-1.06 (docs/platform.md), so 1.2
 # is the floor there. With the machine shared by other jobs (load 2-5 on 2 cores), unchanged
 # code measured base/head alternately still reached 1.21-1.26 in about 1 pair of 20, and asv's
 # test called those significant: 1.3 is the factor that noise allows (docs/perf.md). A 2x
@@ -527,7 +527,7 @@ def _ci_step(
         f"{'quick' if quick else 'full'} run, {group.upper()} group)"
     )
     log: list[str] = []
-    run_kwargs = dict(group=group, bench=bench, quick=quick, machine=machine, echo=echo)
+    run_kwargs = {"group": group, "bench": bench, "quick": quick, "machine": machine, "echo": echo}
 
     def finish(code: int, body: list[str], skipped: str | None, gate_report=None):
         markdown = "\n\n".join([title, *body])

@@ -1,17 +1,19 @@
 """Benchmark: this kernel against PyTorch SDPA's flash, cuDNN and efficient backends.
 
     python -m reference_impls.attention.bench                 # the full table (CUDA only)
-    python -m reference_impls.attention.bench --dims 128 --lengths 4096 --modes fwd
+    python -m reference_impls.attention.bench --dims 128 --lengths 4096 --modes fwd,bwd
+    python -m reference_impls.attention.bench --dtypes bf16,fp16 --show-configs --json out.json
 
 FLOPs (the convention of FlashAttention's and Triton's benchmarks): the forward pass does two
 matmuls of 2*B*H*N*N*D each, ``4 * B * H * N^2 * D``, halved when causal (half the scores
-are masked and skipped); forward+backward counts 3.5 times that (the backward does five
-matmuls of the same size: 2.5 forward passes). TFLOP/s = FLOPs / median time. Times are
+are masked and skipped); the backward counts 2.5 times that (five matmuls of the same size)
+and forward+backward 3.5 times. TFLOP/s = FLOPs / median time. Times are
 medians (with the 20th and 80th percentiles) of ``triton.testing.do_bench``, which times with
 CUDA events and flushes the L2 cache between runs.
 
-Shapes follow PLATFORM.md's anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at D=128), and
-B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing, every
+Shapes follow docs/platform.md's H200 anchors: bf16, H = 2048 / D heads (32 at D=64, 16 at
+D=128), and B * N = 32768 tokens per batch (B = 32, 8, 2 at N = 1024, 4096, 16384). Before timing,
+every
 autotuning config of the kernel is compiled in parallel worker processes (``--jobs``) into
 Triton's on-disk cache, so the autotuner in the timed process only loads and times them.
 """
@@ -33,14 +35,21 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-PROVIDERS = ("triton", "flash", "cudnn", "efficient")
+# "triton-det": this kernel's deterministic backward (two passes, no atomics); forward modes
+# skip it (the forward is the same kernel).
+PROVIDERS = ("triton", "triton-det", "flash", "cudnn", "efficient")
 SDPA_BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
 }
-MODES = ("fwd", "fwd+bwd")
-TOKENS_PER_BATCH = 32768  # B * N, as in PLATFORM.md's anchor table
+# fwd: forward under torch.no_grad() (inference); fwd-grad: forward with inputs that require
+# grad (a training step's forward: the log-sum-exp / softmax stats are saved); bwd: the backward
+# alone, from a forward run outside the timing; fwd+bwd: both.
+MODES = ("fwd", "fwd-grad", "bwd", "fwd+bwd")
+FLOP_FACTOR = {"fwd": 1.0, "fwd-grad": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+TOKENS_PER_BATCH = 32768  # B * N, as in docs/platform.md's anchor table
 MODEL_WIDTH = 2048  # H * D
 
 
@@ -51,21 +60,31 @@ class Case:
     d: int
     n: int
     causal: bool
-    mode: str  # "fwd" or "fwd+bwd"
+    mode: str  # one of MODES
     batch: int
     heads: int
     dtype: torch.dtype = torch.bfloat16
 
     @classmethod
-    def standard(cls, d: int, n: int, causal: bool, mode: str) -> Case:
+    def standard(
+        cls, d: int, n: int, causal: bool, mode: str, dtype: torch.dtype = torch.bfloat16
+    ) -> Case:
         """The table's shapes: H = 2048 / D, B = 32768 / N."""
-        return cls(d, n, causal, mode, batch=max(1, TOKENS_PER_BATCH // n), heads=MODEL_WIDTH // d)
+        return cls(
+            d,
+            n,
+            causal,
+            mode,
+            batch=max(1, TOKENS_PER_BATCH // n),
+            heads=MODEL_WIDTH // d,
+            dtype=dtype,
+        )
 
     def flops(self) -> float:
         fwd = 4.0 * self.batch * self.heads * self.n * self.n * self.d
         if self.causal:
             fwd *= 0.5
-        return fwd * (3.5 if self.mode == "fwd+bwd" else 1.0)
+        return fwd * FLOP_FACTOR[self.mode]
 
 
 @dataclasses.dataclass
@@ -94,10 +113,11 @@ def make_inputs(case: Case, seed: int = 0):
 
 def attention_fn(provider: str) -> Callable:
     """(q, k, v, causal) -> output, for one provider."""
-    if provider == "triton":
+    if provider in ("triton", "triton-det"):
         from reference_impls.attention import attention
 
-        return lambda q, k, v, causal: attention(q, k, v, causal=causal)
+        det = provider == "triton-det"
+        return lambda q, k, v, causal: attention(q, k, v, causal=causal, deterministic=det)
     backend = SDPA_BACKENDS[provider]
 
     def sdpa(q, k, v, causal):
@@ -108,8 +128,8 @@ def attention_fn(provider: str) -> Callable:
 
 
 def step_fn(provider: str, case: Case, inputs) -> Callable[[], object]:
-    """The timed callable: forward only, or forward and backward (grads returned, not
-    accumulated into .grad, so no extra add kernels are timed)."""
+    """The timed callable for ``case.mode`` (see MODES). Grads are returned, not accumulated
+    into .grad, so no extra add kernels are timed."""
     q, k, v, do = inputs
     fn = attention_fn(provider)
     if case.mode == "fwd":
@@ -119,6 +139,11 @@ def step_fn(provider: str, case: Case, inputs) -> Callable[[], object]:
                 return fn(q, k, v, case.causal)
 
         return fwd
+    if case.mode == "fwd-grad":
+        return lambda: fn(q, k, v, case.causal)
+    if case.mode == "bwd":
+        out = fn(q, k, v, case.causal)  # once, untimed; its graph is kept for every call
+        return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
     return lambda: torch.autograd.grad(fn(q, k, v, case.causal), (q, k, v), do)
 
 
@@ -137,8 +162,8 @@ def time_ms(
 def measure(case: Case, provider: str, inputs=None) -> Result:
     """Time one provider on one case; a provider that cannot run it gets an error, not a crash."""
     inputs = make_inputs(case) if inputs is None else inputs
-    fn = step_fn(provider, case, inputs)
     try:
+        fn = step_fn(provider, case, inputs)
         fn()  # autotunes (this kernel) or selects (SDPA) outside the timed region
         torch.cuda.synchronize()
         med, p20, p80 = time_ms(fn)
@@ -149,11 +174,39 @@ def measure(case: Case, provider: str, inputs=None) -> Result:
 
 
 def cases(
-    dims: Sequence[int], lengths: Sequence[int], causals: Sequence[bool], modes: Sequence[str]
+    dims: Sequence[int],
+    lengths: Sequence[int],
+    causals: Sequence[bool],
+    modes: Sequence[str],
+    dtypes: Sequence[torch.dtype] = (torch.bfloat16,),
 ) -> list[Case]:
     return [
-        Case.standard(d, n, c, m) for d in dims for n in lengths for c in causals for m in modes
+        Case.standard(d, n, c, m, t)
+        for t in dtypes
+        for d in dims
+        for n in lengths
+        for c in causals
+        for m in modes
     ]
+
+
+def tuned_configs() -> dict[str, dict[str, str]]:
+    """The autotuner's pick per kernel and key (LEN_KEY, HEAD_DIM, CAUSAL, ..., dtypes)."""
+    from reference_impls.attention import kernel
+
+    tuners = {
+        "fwd": kernel._fwd,
+        "bwd_dq": kernel._bwd_dq,
+        "bwd_dkdv": kernel._bwd_dkdv,
+        "bwd_fused": kernel._bwd_fused,
+    }
+    out: dict[str, dict[str, str]] = {}
+    for name, tuner in tuners.items():
+        out[name] = {
+            str(key): f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}/{c.num_warps}w/{c.num_stages}s"
+            for key, c in tuner.cache.items()
+        }
+    return out
 
 
 # --------------------------------------------------------------------------- precompiling
@@ -169,8 +222,9 @@ def _warm(d: int, causal: bool, dtype_name: str) -> str:
     q, k, v = (
         torch.randn(1, 1, 256, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)
     )
-    out = attention(q, k, v, causal=causal)
-    out.backward(torch.randn_like(out))
+    for deterministic in (False, True):  # the one-pass and the two-pass backward
+        out = attention(q, k, v, causal=causal, deterministic=deterministic)
+        out.backward(torch.randn_like(out))
     torch.cuda.synchronize()
     return f"d={d} causal={causal} {dtype_name}"
 
@@ -186,7 +240,7 @@ def precompile(
     with ProcessPoolExecutor(
         max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")
     ) as pool:
-        for done in pool.map(_warm, *zip(*todo)):
+        for done in pool.map(_warm, *zip(*todo, strict=True)):
             print(f"  compiled {done}", file=sys.stderr)
 
 
@@ -203,7 +257,7 @@ def markdown_table(results: Sequence[Result]) -> str:
     for r in results:
         by_case.setdefault(r.case, {})[r.provider] = r
     providers = [p for p in PROVIDERS if any(p in row for row in by_case.values())]
-    head = ["D", "N", "B", "H", "causal", "mode"] + [f"{p} TFLOP/s" for p in providers]
+    head = ["dtype", "D", "N", "B", "H", "causal", "mode"] + [f"{p} TFLOP/s" for p in providers]
     if "triton" in providers and "flash" in providers:
         head += ["triton / flash"]
     if "triton" in providers and "cudnn" in providers:
@@ -211,6 +265,7 @@ def markdown_table(results: Sequence[Result]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case, row in by_case.items():
         cells = [
+            str(case.dtype).removeprefix("torch."),
             str(case.d),
             str(case.n),
             str(case.batch),
@@ -251,7 +306,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--causal", default="no,yes", help="no, yes or both (default: no,yes)")
     parser.add_argument(
-        "--modes", default=",".join(MODES), help="fwd, fwd+bwd or both (default: both)"
+        "--modes",
+        default=",".join(MODES),
+        help=f"subset of {','.join(MODES)} (default: all; see MODES in this file)",
+    )
+    parser.add_argument(
+        "--dtypes", default="bf16", help=f"subset of {','.join(DTYPES)} (default: bf16)"
+    )
+    parser.add_argument(
+        "--show-configs", action="store_true", help="print the autotuner's pick per kernel and key"
     )
     parser.add_argument(
         "--providers", default=",".join(PROVIDERS), help=f"subset of {','.join(PROVIDERS)}"
@@ -272,18 +335,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     causals = [{"no": False, "yes": True}[x] for x in args.causal.split(",")]
     modes = args.modes.split(",")
     providers = args.providers.split(",")
-    unknown = set(providers) - set(PROVIDERS) or set(modes) - set(MODES)
+    dtype_names = args.dtypes.split(",")
+    unknown = (
+        set(providers) - set(PROVIDERS) or set(modes) - set(MODES) or set(dtype_names) - set(DTYPES)
+    )
     if unknown:
-        parser.error(f"unknown provider or mode: {sorted(unknown)}")
+        parser.error(f"unknown provider, mode or dtype: {sorted(unknown)}")
+    dtypes = [DTYPES[x] for x in dtype_names]
 
     env = environment()
     print("# " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
-    if "triton" in providers:
-        precompile(dims, causals, ["bfloat16"], args.jobs)
+    if {"triton", "triton-det"} & set(providers):
+        precompile(dims, causals, [str(t).removeprefix("torch.") for t in dtypes], args.jobs)
     results = []
-    for case in cases(dims, lengths, causals, modes):
+    for case in cases(dims, lengths, causals, modes, dtypes):
         inputs = make_inputs(case)
         for provider in providers:
+            if provider == "triton-det" and case.mode.startswith("fwd") and case.mode != "fwd+bwd":
+                continue  # the same forward kernel as "triton"
             r = measure(case, provider, inputs)
             results.append(r)
             note = (
@@ -292,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
             )
             print(
-                f"D={case.d:<4} N={case.n:<6} causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
+                f"{str(case.dtype).removeprefix('torch.'):<8} D={case.d:<4} N={case.n:<6} "
+                f"causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
                 f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}",
                 flush=True,
             )
@@ -300,23 +370,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.cuda.empty_cache()
     print()
     print(markdown_table(results))
-    ratios = [
-        t.tflops / f.tflops
-        for t in results
-        if t.provider == "triton" and t.tflops
-        for f in results
-        if f.provider == "flash" and f.case == t.case and f.tflops
-    ]
-    if ratios:
-        print(
-            f"\ntriton / flash: min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, "
-            f"max {max(ratios):.2f} over {len(ratios)} rows"
-        )
+    for other in ("flash", "cudnn"):
+        for mode in modes:
+            ratios = [
+                t.tflops / f.tflops
+                for t in results
+                if t.provider == "triton" and t.tflops and t.case.mode == mode
+                for f in results
+                if f.provider == other and f.case == t.case and f.tflops
+            ]
+            if ratios:
+                print(
+                    f"triton / {other} {mode}: min {min(ratios):.2f}, "
+                    f"median {statistics.median(ratios):.2f}, max {max(ratios):.2f} "
+                    f"over {len(ratios)} rows"
+                )
+    configs = tuned_configs()
+    if args.show_configs:
+        for name, picks in configs.items():
+            for key, pick in picks.items():
+                print(f"config {name} {key}: {pick}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
                 {
                     "environment": env,
+                    "configs": configs,
                     "results": [
                         {
                             **dataclasses.asdict(r.case),

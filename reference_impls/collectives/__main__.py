@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
         if rank != 0:
             return 0
-        problems = [p for g in gathered for p in g]  # type: ignore[union-attr]
+        problems = [p for g in gathered for p in g]  # type: ignore[attr-defined]
         where = f"{world} ranks, {device}, torchrun"
     else:
         from reference_impls.collectives.launcher import LaunchConfig, launch

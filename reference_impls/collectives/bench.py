@@ -145,7 +145,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--trace-calls",
         type=int,
         default=0,
-        help="CUDA: profile this many calls per size and impl; each rank's GPU timeline goes to --json",
+        help=(
+            "CUDA: profile this many calls per size and impl; "
+            "each rank's GPU timeline goes to --json"
+        ),
     )
     return p.parse_args(argv)
 

@@ -21,6 +21,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -66,7 +67,8 @@ class BenchSpec:
         if self.rounds < 1 or self.warmup < 1 or self.max_iters < 1 or not self.round_s > 0:
             raise ValueError(
                 f"rounds, warmup and max_iters must be >= 1 and round_s > 0; got rounds="
-                f"{self.rounds}, warmup={self.warmup}, max_iters={self.max_iters}, round_s={self.round_s}"
+                f"{self.rounds}, warmup={self.warmup}, max_iters={self.max_iters}, "
+                f"round_s={self.round_s}"
             )
 
 
@@ -97,7 +99,10 @@ class Measurement:
 
 
 def parse_impl(impl: str) -> Callable[[torch.Tensor], Callable[[], object]]:
-    """``"all_reduce[:graph=1]"`` or ``"ring[:segments=N][:check=0|1][:ctas=N][:graph=1]"`` -> a maker.
+    """An impl string -> a maker of in-place all-reduces.
+
+    Impl strings: ``"all_reduce[:graph=1]"`` or
+    ``"ring[:segments=N][:check=0|1][:ctas=N][:graph=1]"``.
 
     ``maker(x)`` prepares an in-place all-reduce of ``x`` and returns the call to time
     (``graph=1`` captures the all-reduce of ``x`` in a CUDA graph there, collectively: a
@@ -108,7 +113,7 @@ def parse_impl(impl: str) -> Callable[[torch.Tensor], Callable[[], object]]:
     usage = "expected 'all_reduce[:graph=1]' or 'ring[:segments=N][:check=0|1][:ctas=N][:graph=1]'"
     if name not in ("all_reduce", "ring"):
         raise ValueError(f"unknown impl {impl!r}: {usage}")
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
     graph = False
     for setting in settings:
         key, _, value = setting.partition("=")
@@ -208,7 +213,7 @@ def measure(rank: int, world_size: int, spec: BenchSpec) -> list[Measurement] | 
     makers = {impl: parse_impl(impl) for impl in spec.impls}
     # Growth per in-place sum is x world_size: keep world_size ** iters <= 2 ** 120.
     iters_cap = max(1, min(spec.max_iters, int(120 / math.log2(max(world_size, 2)))))
-    local: list[tuple[int, str, int, list[float], bool]] = []
+    local: list[tuple[int, str, int, list[float], bool, tuple[Any, ...]]] = []
     for nbytes in spec.sizes:
         numel = nbytes // 4
         g = torch.Generator(device=dev).manual_seed(20261130 + 31 * rank + numel)
@@ -229,7 +234,7 @@ def measure(rank: int, world_size: int, spec: BenchSpec) -> list[Measurement] | 
         x = small.clone()
         calls = {impl: make(x) for impl, make in makers.items()}
         est = []
-        for impl, call in calls.items():  # warm-up, and a time estimate for iters
+        for call in calls.values():  # warm-up, and a time estimate for iters
             est.append(_time_calls(call, spec.warmup, spec.device))
             x.copy_(small)
         iters = max(1, min(iters_cap, int(spec.round_s / max(max(est), 1e-7))))
@@ -253,18 +258,21 @@ def measure(rank: int, world_size: int, spec: BenchSpec) -> list[Measurement] | 
     dist.all_gather_object(gathered, local)
     if rank != 0:
         return None
-    out = []
+    measurements = []
     for i, (nbytes, impl, iters, *_) in enumerate(local):
         per_rank = [g[i] for g in gathered]  # type: ignore[index]
         rounds = tuple(max(p[3][k] for p in per_rank) for k in range(spec.rounds))
         ok = all(p[4] for p in per_rank)
         timelines = tuple(p[5] for p in per_rank) if spec.trace_calls else ()
-        out.append(Measurement(world_size, spec.device, impl, nbytes, iters, rounds, ok, timelines))
-    return out
+        measurements.append(
+            Measurement(world_size, spec.device, impl, nbytes, iters, rounds, ok, timelines)
+        )
+    return measurements
 
 
 def repeat_calls(rank: int, world_size: int, impl: str, nbytes: int, calls: int) -> float:
-    """Run ``calls`` in-place all-reduces of ``nbytes`` (float32) with ``impl``; this rank's seconds.
+    """Run ``calls`` in-place all-reduces of ``nbytes`` (float32) with ``impl``; this rank's
+    seconds.
 
     The body of the asv benchmarks: one launch, fixed work, so a sample is launch + calls.
     """

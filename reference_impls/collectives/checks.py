@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import os
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -160,9 +161,7 @@ def self_check(
     }
 
 
-def mismatch_errors(
-    rank: int, world_size: int, device: str = "cpu"
-) -> dict[str, tuple[str, str] | object]:
+def mismatch_errors(rank: int, world_size: int, device: str = "cpu") -> dict[str, Any]:
     """Call ``ring_all_reduce`` with arguments that differ between ranks; return what was raised.
 
     Returns {scenario: (exception type name, message)} plus ``"after"``: the result of a

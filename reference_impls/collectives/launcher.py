@@ -159,7 +159,7 @@ def launch(fn: Callable[..., Any], *args: Any, config: LaunchConfig) -> list[Any
     if config.start_method == "forkserver":
         # The server imports torch once; each rank then forks from it in milliseconds.
         ctx.set_forkserver_preload(["torch", "torch.distributed", __name__])
-    store = dist.TCPStore(
+    store = dist.TCPStore(  # type: ignore[attr-defined]  # exported by torch, not declared
         config.host,
         0,  # the kernel picks a free port
         None,
@@ -172,7 +172,7 @@ def launch(fn: Callable[..., Any], *args: Any, config: LaunchConfig) -> list[Any
     try:
         for rank in range(n):
             reader, writer = ctx.Pipe(duplex=False)
-            proc = ctx.Process(
+            proc = ctx.Process(  # type: ignore[attr-defined]  # a context has Process
                 target=_rank_main,
                 args=(rank, config, store.port, payload, writer, list(sys.path)),
                 name=f"rank{rank}",
@@ -227,6 +227,7 @@ def _collect(readers, procs, config: LaunchConfig) -> list[Any]:
             break
         ready = multiprocessing.connection.wait([readers[r] for r in open_ranks], remaining)
         for conn in ready:
+            assert isinstance(conn, multiprocessing.connection.Connection)  # wait() on pipes
             rank = readers.index(conn)
             open_ranks.discard(rank)
             try:
@@ -280,8 +281,10 @@ def _rank_main(rank: int, config: LaunchConfig, port: int, payload: bytes, conn,
         if config.threads_per_rank is not None:
             torch.set_num_threads(config.threads_per_rank)
         (module, qualname), args = pickle.loads(payload)
-        fn = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
-        store = dist.TCPStore(
+        fn: Callable[..., Any] = functools.reduce(
+            getattr, qualname.split("."), importlib.import_module(module)
+        )  # type: ignore[assignment]  # a module's attribute chain ends at the function
+        store = dist.TCPStore(  # type: ignore[attr-defined]
             config.host, port, None, False, timeout=dt.timedelta(seconds=config.timeout_s)
         )
         kwargs: dict[str, Any] = {}

@@ -25,8 +25,8 @@ SM first, so the transfer waited for the combine and the lanes ran one after ano
 :mod:`.combine`) the combine and the transfer do overlap, but cutting a transfer in two also
 halves NCCL's channels for it, which cost more than the overlap saved at every size measured;
 one lane with NCCL's point-to-point chunk at 128 KiB (``NCCL_P2P_NVL_CHUNKSIZE=131072``: the
-launcher's default; set it in the environment of other torchrun jobs) was fastest. On gloo the difference was inside the noise of a
-shared 2-core machine.
+launcher's default; set it in the environment of other torchrun jobs) was fastest. On gloo the
+difference was inside the noise of a shared 2-core machine.
 
 Safety. Before any data moves, the ranks compare one small row of metadata (element count,
 dtype, op, segments, device type) with one all-gather, and every rank raises
@@ -167,6 +167,10 @@ def ring_all_reduce(
             "dist.init_process_group(...) first (torchrun sets the environment for it)"
         )
     group = group if group is not None else dist.group.WORLD
+    if group is None:
+        raise ValueError(
+            "Default process group has not been initialized: call init_process_group first"
+        )
     n = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if rank < 0:
@@ -434,7 +438,7 @@ class _Ring:
         # One receive buffer per lane, as large as that lane's largest segment: reused at every
         # reduce-scatter step (the transfer into it is issued after the combine that reads it).
         scratch = flat.new_empty(sum(lane_sizes))  # (sum of lanes,)
-        self.scratch = list(torch.split(scratch, lane_sizes))
+        self.scratch = list(torch.split(scratch, list(lane_sizes)))
         self.segments = segments
 
     def run(self) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ ALL_GATHER = "all_gather"
 # A chunk rule maps (ranks, phase-local step, world size) to the chunk index each rank
 # *sends* at that step. ``ranks`` may be an int or an integer ndarray (the simulation moves
 # every worker's message of a step at once).
-ChunkRule = Callable[[object, int, int], object]
+ChunkRule = Callable[[Any, int, int], Any]
 
 
 def _reduce_scatter_chunk(ranks, step: int, n: int):

@@ -118,7 +118,7 @@ def simulate_ring_allreduce(
             itemsize = dtype.itemsize
             message_log.extend(
                 Message(step, phase, int(s), int(d), int(c), int(sizes[c]) * itemsize)
-                for s, d, c in zip(ranks, receivers, chunks)
+                for s, d, c in zip(ranks, receivers, chunks, strict=True)
             )
 
     results = []

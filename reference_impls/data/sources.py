@@ -12,6 +12,7 @@ workers are forked or spawned copies, and a client must not cross a fork.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import mmap
@@ -219,11 +220,13 @@ class S3Config:
             raise ValueError(f"max_pool_connections must be >= 1, got {self.max_pool_connections}")
         if self.addressing_style not in ("path", "virtual", "auto"):
             raise ValueError(
-                f"addressing_style must be 'path', 'virtual' or 'auto', got {self.addressing_style!r}"
+                "addressing_style must be 'path', 'virtual' or 'auto', "
+                f"got {self.addressing_style!r}"
             )
         if self.multipart_part_size < 5 << 20:
             raise ValueError(
-                f"multipart_part_size must be >= 5 MiB (S3's minimum part), got {self.multipart_part_size}"
+                "multipart_part_size must be >= 5 MiB (S3's minimum part), "
+                f"got {self.multipart_part_size}"
             )
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ValueError("give access_key_id and secret_access_key together, or neither")
@@ -377,12 +380,11 @@ class _S3Sink:
 
     def abort(self) -> None:
         if self._upload_id is not None:
-            try:
+            # Best effort: the original error matters more.
+            with contextlib.suppress(Exception):
                 self._source.client().abort_multipart_upload(
                     Bucket=self._source.bucket, Key=self._key, UploadId=self._upload_id
                 )
-            except Exception:  # noqa: BLE001 - best effort; the original error matters more
-                pass
             self._upload_id = None
 
 
@@ -476,7 +478,8 @@ class S3Source:
         where = f"s3://{self.bucket}/{key}"
         if code == "NoSuchBucket":
             return ShardNotFoundError(
-                f"{where}: bucket {self.bucket!r} does not exist at {self.config.endpoint_url or 'AWS'}"
+                f"{where}: bucket {self.bucket!r} does not exist at "
+                f"{self.config.endpoint_url or 'AWS'}"
                 "; check the URL (s3://bucket/prefix) and the endpoint"
             )
         if code in ("NoSuchKey", "404", "NotFound") or status == 404:

@@ -12,7 +12,7 @@ is still downloading). The thread:
    reset, timeout, a 5xx while the server restarts) it backs off and resumes from the last
    byte it received, giving up with :class:`ShardReadError` after ``max_attempts`` consecutive
    attempts that brought no new byte (botocore never retries a failure in the middle of a
-   body, PLATFORM.md: this is the only place that does);
+   body, docs/platform.md: this is the only place that does);
 3. hashes what it receives, and when a cache is configured writes it to a part file that is
    renamed into the cache only if the whole object matched the manifest's sha256.
 
@@ -23,6 +23,7 @@ the cache finishes in the background); :meth:`abort` stops everything.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import queue
@@ -80,10 +81,9 @@ class _Mapped:
 
     def close(self) -> None:
         self.view.release()
-        try:
+        # A derived view still alive: the map goes with its last reference.
+        with contextlib.suppress(BufferError):
             self._mm.close()
-        except BufferError:  # a derived view still alive: the map goes with its last reference
-            pass
 
 
 class _Truncated(Exception):
@@ -330,10 +330,9 @@ class ShardFetch:
                         return
                 finally:
                     if reader is not None:
-                        try:
+                        # Closing a broken connection may fail; the read's error matters.
+                        with contextlib.suppress(Exception):
                             reader.close()
-                        except Exception:  # noqa: BLE001 - closing a broken connection
-                            pass
             if digest is not None and digest.hexdigest() != shard.sha256:
                 raise ManifestMismatchError(
                     f"shard {self.source.location(shard.name)}: sha256 of the object is "

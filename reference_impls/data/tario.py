@@ -9,7 +9,7 @@ readers group the same bytes into the same samples.
 
 Why not :mod:`tarfile`: it parses through a small-buffered file object, copies each member
 twice and builds a ``TarInfo`` per member; on loopback S3 that, not the network, capped a
-stream at ~315-377 MB/s (PLATFORM.md). Here a header is one 512-byte slice of a large chunk
+stream at ~315-377 MB/s (docs/platform.md). Here a header is one 512-byte slice of a large chunk
 (a memoryview, no copy), member data is copied exactly once into the ``bytes`` the sample
 holds, and skipped members are not copied at all.
 

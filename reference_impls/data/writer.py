@@ -57,7 +57,8 @@ class WriterConfig:
             ) from None
         if a == b or not a.endswith(".tar"):
             raise ValueError(
-                f"name_pattern must contain {{index}} and end with '.tar', got {self.name_pattern!r}"
+                "name_pattern must contain {index} and end with '.tar', "
+                f"got {self.name_pattern!r}"
             )
         if self.mtime < 0:
             raise ValueError(f"mtime must be >= 0, got {self.mtime}")

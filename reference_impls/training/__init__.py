@@ -1,5 +1,5 @@
 """Training loop with latest and best checkpoints, early stopping that survives resume, and
-exact resume after a crash (issue 7).
+exact resume after a crash.
 
 - :mod:`~reference_impls.training.loop`: :class:`Trainer` (epochs, mini-batches, validation,
   early stopping, checkpoints, resume, torch.distributed, progress bars, JSONL metrics).

@@ -350,7 +350,9 @@ def save_checkpoint(
     try:
         for other in also:
             _publish_copy(tmp, Path(other))
-        for newer, older in reversed(list(zip(chain, chain[1:]))):  # prev -> prev2, latest -> prev
+        for newer, older in reversed(
+            list(zip(chain, chain[1:], strict=False))
+        ):  # prev -> prev2, latest -> prev
             if newer.exists():
                 os.replace(newer, older)
         os.replace(tmp, path)

@@ -288,9 +288,9 @@ class Trainer:
                 # submodule (~90 us for this small MLP, as much as a whole step).
                 self.net.train()
                 while self.stop_reason is None:
-                    epoch, batch = self.position
-                    bars.start_epoch(epoch, batch)
-                    for batch in range(batch, self.order.steps_per_epoch):
+                    epoch, first_batch = self.position
+                    bars.start_epoch(epoch, first_batch)
+                    for batch in range(first_batch, self.order.steps_per_epoch):
                         loss = self._train_step(epoch, batch)
                         bars.step(loss)
                         for callback in self.callbacks:

@@ -1,4 +1,4 @@
-"""Data-parallel scaling of the training loop (issue 9): throughput, scaling efficiency and the
+"""Data-parallel scaling of the training loop: throughput, scaling efficiency and the
 share of step time that gradient communication adds, at 1..N GPUs of one machine.
 
     python -m reference_impls.training.scaling --out DIR [--gpus 1,2] [--precisions fp32,bf16]

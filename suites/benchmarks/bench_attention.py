@@ -4,12 +4,12 @@
   machines without a GPU (the CPU CI machines): a regression here is a slower interpreter path
   (more tile operations per block), not a slower GPU kernel.
 - ``AttentionGPU``: bf16 at the benchmark table's shapes (``python -m
-  reference_impls.attention.bench``: H = 2048 / D, B = 32768 / N), forward and
-  forward+backward. ``track_info_*`` (plotted, never gated: they derive from wall times,
+  reference_impls.attention.bench``: H = 2048 / D, B = 32768 / N): forward, backward alone
+  and forward+backward. ``track_info_*`` (plotted, never gated: they derive from wall times,
   suites/benchmarks/README.md item 6): TFLOP/s from the table's formula (4 B H N^2 D, halved
-  when causal, x3.5 with the backward) and this kernel's time over SDPA flash's measured in
-  the same process (bigger is worse). Skipped without CUDA. Results and the full comparison:
-  docs/benchmarks/attention.md.
+  when causal, x2.5 for the backward, x3.5 for both) and this kernel's time over SDPA flash's
+  and over SDPA cuDNN's, each measured in the same process (bigger is worse). Skipped without
+  CUDA. Results and the full comparison: docs/benchmarks/attention.md.
 
 TRITON_INTERPRET must be set before the kernels are defined, so this module sets it (when no
 GPU is visible) before importing reference_impls.attention.
@@ -73,19 +73,25 @@ class AttentionGPU:
         if not torch.cuda.is_available() or INTERPRET:
             raise NotImplementedError("CUDA is not available")
         self.fwd_case = bench.Case.standard(head_dim, seq_len, causal, "fwd")
+        self.bwd_only_case = bench.Case.standard(head_dim, seq_len, causal, "bwd")
         self.bwd_case = bench.Case.standard(head_dim, seq_len, causal, "fwd+bwd")
         self.inputs = bench.make_inputs(self.fwd_case)
         self.fwd = bench.step_fn("triton", self.fwd_case, self.inputs)
+        self.bwd = bench.step_fn("triton", self.bwd_only_case, self.inputs)
         self.fwd_bwd = bench.step_fn("triton", self.bwd_case, self.inputs)
         self.fwd_bwd()  # autotune both passes outside the timings
         torch.cuda.synchronize()
 
     def teardown(self, head_dim, seq_len, causal):
-        self.inputs = self.fwd = self.fwd_bwd = None
+        self.inputs = self.fwd = self.bwd = self.fwd_bwd = None
         torch.cuda.empty_cache()
 
     def time_forward(self, head_dim, seq_len, causal):
         self.fwd()
+        torch.cuda.synchronize()
+
+    def time_backward(self, head_dim, seq_len, causal):
+        self.bwd()
         torch.cuda.synchronize()
 
     def time_forward_backward(self, head_dim, seq_len, causal):
@@ -102,6 +108,11 @@ class AttentionGPU:
 
     track_info_tflops_forward_backward.unit = "TFLOP/s"
 
+    def track_info_tflops_backward(self, head_dim, seq_len, causal):
+        return bench.measure(self.bwd_only_case, "triton", self.inputs).tflops
+
+    track_info_tflops_backward.unit = "TFLOP/s"
+
     def track_info_time_relative_to_sdpa_flash(self, head_dim, seq_len, causal):
         ours = bench.measure(self.bwd_case, "triton", self.inputs)
         flash = bench.measure(self.bwd_case, "flash", self.inputs)
@@ -110,3 +121,12 @@ class AttentionGPU:
         return ours.ms / flash.ms
 
     track_info_time_relative_to_sdpa_flash.unit = "x SDPA flash time (fwd+bwd)"
+
+    def track_info_time_relative_to_sdpa_cudnn(self, head_dim, seq_len, causal):
+        ours = bench.measure(self.bwd_case, "triton", self.inputs)
+        cudnn = bench.measure(self.bwd_case, "cudnn", self.inputs)
+        if ours.ms is None or cudnn.ms is None:
+            raise NotImplementedError(ours.error or cudnn.error)
+        return ours.ms / cudnn.ms
+
+    track_info_time_relative_to_sdpa_cudnn.unit = "x SDPA cuDNN time (fwd+bwd)"

@@ -1,7 +1,7 @@
 """Benchmarks of reference_impls.collectives: the NumPy ring simulation and the CPU ring.
 
 * ``Simulation``: ``simulate_ring_allreduce`` on 8 and 64 workers x 1M float32 (the size
-  issue 6 names), time and peak memory, plus its float error against a float64 sum.
+  the requirements name), time and peak memory, plus its float error against a float64 sum.
 * ``CpuRingAllReduce``: one sample = one ``launch`` of 2 gloo processes (forkserver, warm)
   that run 20 in-place all-reduces of 1 or 16 MiB with ``ring_all_reduce`` or
   ``dist.all_reduce``: the ring and gloo side by side in one asv run. ``CpuLaunch`` times the

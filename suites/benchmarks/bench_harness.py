@@ -1,6 +1,6 @@
 """Benchmarks of the harness itself: the pytest plugin's per-test overhead and ``assert_close``.
 
-Plugin overhead (issue 2's target: under 1 ms per test): 1,000 trivial tests in a temporary
+Plugin overhead (target: under 1 ms per test): 1,000 trivial tests in a temporary
 folder, run with ``python -m pytest -q -p no:cacheprovider`` once with the installed harness
 plugin and once with ``-p no:harness``, both in the same asv run on the same machine. The
 ``time_`` benchmark times each variant (with samples, so the gate can apply its significance

@@ -1,6 +1,6 @@
 """Benchmarks of reference_impls.training: checkpoint throughput and the loop's per-step cost.
 
-Checkpoints (issue 7's target: atomic durability costs at most 10% at 100 MB): one real
+Checkpoints (target: atomic durability costs at most 10% at 100 MB): one real
 checkpoint of ~100 MB (an 8.4M-parameter MLP with its Adam moments, written by the Trainer
 in ``setup_cache``), saved and loaded by
 

@@ -123,7 +123,8 @@ def test_a_global_batch_that_does_not_split_over_the_ranks_fails_before_training
     config.write_text(CONFIG)
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         "-m", "reference_impls.training", "--config", str(config), "--run-dir", str(tmp_path / "run"),
+         "-m", "reference_impls.training", "--config", str(config),
+         "--run-dir", str(tmp_path / "run"),
          "--set", "data.batch_size=15"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

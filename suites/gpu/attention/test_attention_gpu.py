@@ -1,5 +1,7 @@
-"""reference_impls.attention on a GPU: realistic shapes against SDPA's math backend in fp32,
-determinism, and its speed relative to SDPA's flash backend against a stored baseline.
+"""reference_impls.attention on a GPU: realistic shapes against SDPA's math backend in fp32
+(both backwards: the default one pass with an atomic dQ, and the deterministic two passes),
+bitwise determinism of the latter, and speed relative to SDPA's flash backend against a stored
+baseline.
 
 reference_impls.attention is imported inside the fixture, never at module import: on a CPU
 machine this module is still collected (then skipped), and an import here would define the
@@ -87,7 +89,12 @@ def test_output_and_gradients_match_sdpa_math_in_fp32(attn, case, dtype):
     ref, leaves = sdpa_math_fp32(q, k, v, causal)
     ref.backward(do.float())
     errors = {"out": rel_error(out, ref)}
-    errors.update({f"d{n}": rel_error(t.grad, r.grad) for n, t, r in zip("qkv", (q, k, v), leaves)})
+    errors.update(
+        {
+            f"d{n}": rel_error(t.grad, r.grad)
+            for n, t, r in zip("qkv", (q, k, v), leaves, strict=True)
+        }
+    )
     print(f"{case} {dtype}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()))
     assert errors["out"] <= FWD_TOL[dtype], errors
     assert max(errors[n] for n in ("dq", "dk", "dv")) <= GRAD_TOL[dtype], errors
@@ -105,7 +112,7 @@ def test_small_and_large_head_dims(attn, d):
     ref, leaves = sdpa_math_fp32(q, k, v, True)
     ref.backward(do.float())
     assert rel_error(out, ref) <= FWD_TOL[torch.bfloat16]
-    for t, r in zip((q, k, v), leaves):
+    for t, r in zip((q, k, v), leaves, strict=True):
         assert rel_error(t.grad, r.grad) <= GRAD_TOL[torch.bfloat16]
 
 
@@ -139,7 +146,7 @@ def test_edge_lengths_against_float64(attn, n_q, n_k, causal):
     ref.backward(do.double())
     assert torch.isfinite(out).all()
     assert rel_error(out, ref) <= FWD_TOL[torch.bfloat16]
-    for t, r in zip((q, k, v), (q64, k64, v64)):
+    for t, r in zip((q, k, v), (q64, k64, v64), strict=True):
         # With one key, dq and dk are exactly 0 in float64: compare against the output's scale.
         err = (t.grad.double() - r.grad).norm() / max(r.grad.norm(), 1e-3 * ref.norm())
         assert err <= GRAD_TOL[torch.bfloat16]
@@ -168,29 +175,66 @@ def test_fp32_inputs_keep_fp32_accuracy(attn):
     ref.backward(do.double())
     # Full fp32 products (input_precision="ieee"), not tf32: ~1e-7 relative.
     assert rel_error(out, ref) <= FWD_TOL[torch.float32]
-    for t, r in zip((q, k, v), (q64, k64, v64)):
+    for t, r in zip((q, k, v), (q64, k64, v64), strict=True):
         assert rel_error(t.grad, r.grad) <= GRAD_TOL[torch.float32]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "case", ["d64-n1024-causal", "d128-n2048", "gqa-d128-causal", "ragged-d64"]
+)
+def test_two_pass_backward_matches_sdpa_math_in_fp32(attn, case, dtype):
+    # The deterministic backward (no atomics) is a separate code path: same bounds.
+    b, h, h_kv, n_q, n_k, d, causal = CASES[case]
+    q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(b, h_kv, n_k, d, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(b, h_kv, n_k, d, device="cuda", dtype=dtype, requires_grad=True)
+    out = attn.attention(q, k, v, causal=causal, deterministic=True)
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    ref, leaves = sdpa_math_fp32(q, k, v, causal)
+    ref.backward(do.float())
+    assert rel_error(out, ref) <= FWD_TOL[dtype]
+    for g, r in zip(grads, leaves, strict=True):
+        assert rel_error(g, r.grad) <= GRAD_TOL[dtype]
+
+
 def test_forward_and_backward_are_bitwise_deterministic(attn):
-    # No atomics anywhere: the same inputs give the same bits, run after run.
+    # torch.use_deterministic_algorithms(True) selects the two-pass backward (no atomics): the
+    # same inputs give the same bits, run after run.
     q, k, v = (
         torch.randn(2, 8, 1536, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         for _ in range(3)
     )
     do = torch.randn(2, 8, 1536, 128, device="cuda", dtype=torch.bfloat16)
     runs = []
-    for _ in range(3):
-        out = attn.attention(q, k, v, causal=True)
-        runs.append((out, *torch.autograd.grad(out, (q, k, v), do)))
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for _ in range(3):
+            out = attn.attention(q, k, v, causal=True)
+            runs.append((out, *torch.autograd.grad(out, (q, k, v), do)))
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
     for other in runs[1:]:
-        for a, b in zip(runs[0], other):
+        for a, b in zip(runs[0], other, strict=True):
             assert torch.equal(a, b)
+    # And the explicit argument gives those same bits.
+    out = attn.attention(q, k, v, causal=True, deterministic=True)
+    for a, b in zip(runs[0], (out, *torch.autograd.grad(out, (q, k, v), do)), strict=True):
+        assert torch.equal(a, b)
 
 
 # --------------------------------------------------------------------------- speed
 
-SPEED_CASES = [("fwd", False), ("fwd", True), ("fwd+bwd", False), ("fwd+bwd", True)]
+SPEED_CASES = [
+    ("fwd", False),
+    ("fwd", True),
+    ("bwd", False),
+    ("bwd", True),
+    ("fwd+bwd", False),
+    ("fwd+bwd", True),
+]
 SPEED_DROP = 0.10  # fail when the ratio to flash falls more than 10% below the baseline
 
 
@@ -222,7 +266,8 @@ def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
     key = f"d128-n4096-{mode}-{'causal' if causal else 'full'}"
     gpu = torch.cuda.get_device_name()
     print(
-        f"{key}: triton {ours.tflops:.0f} TFLOP/s, flash {flash.tflops:.0f} TFLOP/s, ratio {ratio:.3f}"
+        f"{key}: triton {ours.tflops:.0f} TFLOP/s, flash {flash.tflops:.0f} TFLOP/s, "
+        f"ratio {ratio:.3f}"
     )
 
     stored = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"gpu": gpu, "ratios": {}}
@@ -238,7 +283,8 @@ def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
         )
     if key not in stored["ratios"]:
         pytest.fail(
-            f"no baseline for {key} in {BASELINE.name}: record one with ATTENTION_SPEED_BASELINE=update"
+            f"no baseline for {key} in {BASELINE.name}: "
+            "record one with ATTENTION_SPEED_BASELINE=update"
         )
     floor = stored["ratios"][key] * (1 - SPEED_DROP)
     assert ratio >= floor, (

@@ -72,7 +72,7 @@ def test_nccl_ring_equals_nccl_all_reduce_bit_for_bit(nccl_results, index):
 
 
 def test_nccl_ring_results_are_identical_on_both_gpus(nccl_results):
-    for a, b in zip(*nccl_results):
+    for a, b in zip(*nccl_results, strict=True):
         assert a.digest == b.digest, f"{a.case}: the ranks' results differ"
 
 

@@ -16,6 +16,7 @@ source) so that no connection made under the old settings is reused.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
 import struct
@@ -143,8 +144,6 @@ class FaultProxy:
         """Close with RST: SO_LINGER on with a zero timeout discards unsent data."""
         sock: Any = writer.get_extra_info("socket")
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            except OSError:
-                pass
         writer.transport.abort()

@@ -1,6 +1,6 @@
 """The streaming sharded dataset against a real S3 server (SeaweedFS on loopback).
 
-What issue 8 asks to be shown: exactly-once coverage and equal per-rank lengths for several
+What the requirements ask to be shown: exactly-once coverage and equal per-rank lengths for several
 (world size, workers); a deterministic order per (seed, epoch); no sample lost or duplicated
 behind a proxy that cuts and delays responses, or across a SIGKILL and restart of the server;
 the cache (second-epoch hits, size limit, corruption); mid-epoch resume across a process
@@ -423,7 +423,8 @@ _RESUME_SCRIPT = textwrap.dedent("""
     from torch.utils.data import DataLoader
     from reference_impls.data import DatasetConfig, S3Config, ShardedDataset
 
-    phase, state_path, out_path, stop_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    phase, state_path, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    stop_after = int(sys.argv[4])
     s3 = S3Config(endpoint_url=os.environ["TEST_S3_ENDPOINT"], access_key_id="mlharness",
                   secret_access_key="mlharness-secret")
     ds = ShardedDataset(os.environ["TEST_S3_URL"], DatasetConfig(

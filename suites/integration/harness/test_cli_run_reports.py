@@ -113,7 +113,9 @@ def test_a_passing_run_exits_zero_even_with_a_quarantined_failure(
 ):
     project(
         {
-            "suites/unit/test_ok.py": "def test_ok():\n    pass\n\ndef test_q():\n    assert False\n",
+            "suites/unit/test_ok.py": (
+                "def test_ok():\n    pass\n\ndef test_q():\n    assert False\n"
+            ),
             "quarantine.toml": quarantine_entry("suites/unit/test_ok.py::test_q"),
         }
     )
@@ -132,7 +134,7 @@ def test_a_run_that_collects_nothing_fails_loudly(project, pytester):
 
 def test_a_usage_error_is_reported_without_a_stale_report(project, pytester):
     project({"suites/unit/test_ok.py": "def test_ok():\n    pass\n"})
-    _harness(pytester, "run", "--report-dir", "out").ret == 0
+    assert _harness(pytester, "run", "--report-dir", "out").ret == 0
     result = _harness(pytester, "run", "--tier", "nonsense", "--report-dir", "out")
     assert result.ret == 4
     assert not (pytester.path / "out/report.json").exists()

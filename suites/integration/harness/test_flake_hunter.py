@@ -148,7 +148,7 @@ def test_classification_of_outcome_patterns(same, new, confirm, verdict):
     same_runs = [flaky.RunResult(1, o) for o in same]
     new_runs = [flaky.RunResult(10 + i, o) for i, o in enumerate(new)]
     failing_new = [r for r in new_runs if r.failed]
-    confirm_runs = [flaky.RunResult(r.seed, o) for r, o in zip(failing_new, confirm)]
+    confirm_runs = [flaky.RunResult(r.seed, o) for r, o in zip(failing_new, confirm, strict=True)]
     assert flaky.classify(same_runs, new_runs, confirm_runs)[0] == verdict
 
 

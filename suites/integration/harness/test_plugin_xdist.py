@@ -26,8 +26,9 @@ def test_every_xdist_worker_derives_test_seeds_from_the_controllers_base_seed(
                 @pytest.mark.parametrize("i", range(8))
                 def test_seed(i, seed, request):
                     with open(os.environ["SEEDS_OUT"], "a") as f:
+                        worker = os.environ.get("PYTEST_XDIST_WORKER")
                         f.write(json.dumps({"nodeid": request.node.nodeid, "seed": seed,
-                                            "worker": os.environ.get("PYTEST_XDIST_WORKER")}) + "\\n")
+                                            "worker": worker}) + "\\n")
             """
         }
     )

@@ -36,14 +36,14 @@ PROPERTY = settings(max_examples=EXAMPLES, deadline=None)
 def problems(draw, dtypes=(torch.float32, torch.float16, torch.bfloat16)):
     """(shape dict, causal, dtype) for one attention call."""
     h_kv = draw(st.integers(1, 2))
-    shape = dict(
-        b=draw(st.integers(1, 2)),
-        h_kv=h_kv,
-        h=h_kv * draw(st.integers(1, 2)),
-        n_q=draw(st.integers(1, 72)),
-        n_k=draw(st.integers(1, 72)),
-        d=draw(st.sampled_from([8, 16, 24, 32, 64])),
-    )
+    shape = {
+        "b": draw(st.integers(1, 2)),
+        "h_kv": h_kv,
+        "h": h_kv * draw(st.integers(1, 2)),
+        "n_q": draw(st.integers(1, 72)),
+        "n_k": draw(st.integers(1, 72)),
+        "d": draw(st.sampled_from([8, 16, 24, 32, 64])),
+    }
     return shape, draw(st.booleans()), draw(st.sampled_from(dtypes))
 
 
@@ -73,7 +73,7 @@ def test_output_and_gradients_stay_within_the_dtype_bound(problem):
         assert rel_error(out, ref) <= FWD_TOL[dtype]
     else:
         assert (out == 0).all()
-    for name, t, g in zip("qkv", (q, k, v), (q64.grad, k64.grad, v64.grad)):
+    for name, t, g in zip("qkv", (q, k, v), (q64.grad, k64.grad, v64.grad), strict=True):
         err = (t.grad.double() - g).norm()
         bound = GRAD_TOL[dtype] * g.norm() + GRAD_FLOOR[dtype] * (1 + ref.norm())
         assert err <= bound, f"d{name}: |error| {err:.3g} > {bound:.3g}"
@@ -115,7 +115,7 @@ def test_values_of_ones_give_outputs_of_ones(problem):
 def test_property_file_runs_the_kernels_it_claims(causal):
     """A guard for the bounds above: one fixed example must really exercise the kernel path
     (a silently empty strategy would make every property vacuous)."""
-    q, k, v = make_qkv(dict(b=1, h=2, h_kv=1, n_q=9, n_k=13, d=16), torch.float32)
+    q, k, v = make_qkv({"b": 1, "h": 2, "h_kv": 1, "n_q": 9, "n_k": 13, "d": 16}, torch.float32)
     assert (
         rel_error(
             attention(q, k, v, causal=causal),

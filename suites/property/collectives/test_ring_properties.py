@@ -83,7 +83,8 @@ def check_matches_numpy(case: RingCase, results: list[np.ndarray]) -> None:
         exact = stacked.sum(0) / (n if case.op == "mean" else 1)
         err = np.abs(result.astype(np.float64) - exact)
         assert (err <= bound).all(), (
-            f"worker {worker} of {n}: error {err.max()} exceeds the bound at {int(np.argmax(err - bound))}"
+            f"worker {worker} of {n}: error {err.max()} exceeds the bound "
+            f"at {int(np.argmax(err - bound))}"
         )
 
 
@@ -116,7 +117,7 @@ def results_match_numpy(schedule: RingSchedule, ops=OPS, min_workers=1, min_leng
     def prop(case: RingCase) -> None:
         copies = [a.copy() for a in case.arrays]
         results = simulate_ring_allreduce(case.arrays, case.op, schedule=schedule)
-        for a, c in zip(case.arrays, copies):
+        for a, c in zip(case.arrays, copies, strict=True):
             assert a.tobytes() == c.tobytes(), "an input was modified"
         check_matches_numpy(case, results)
         check_workers_agree_bitwise(case, results)

@@ -101,7 +101,7 @@ def test_a_resumed_epoch_from_a_warm_cache_yields_what_the_uncached_reader_yield
     full = [list(s.items()) for s in make()]
     consumed = data.draw(st.integers(0, len(full)))
     first = make(**with_cache)
-    for _, sample in zip(range(consumed), first):
+    for _, sample in zip(range(consumed), first, strict=False):
         first.record(sample)
     resumed = make(**with_cache)
     resumed.load_state_dict(first.state_dict())

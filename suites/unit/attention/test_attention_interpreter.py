@@ -1,9 +1,9 @@
 """reference_impls.attention against a float64 eager computation, on small fixed shapes.
 
-Without a GPU the kernels run under the Triton interpreter (suites/conftest.py sets TRITON_INTERPRET);
-with one, on CUDA. Shapes stay small (N <= 96, D <= 64 except in the head-dim test): the
-interpreter runs one program at a time in NumPy, and this file must stay well under a minute
-on a 2-core CI machine.
+Without a GPU the kernels run under the Triton interpreter (suites/conftest.py sets
+TRITON_INTERPRET); with one, on CUDA. Shapes stay small (N <= 96, D <= 64 except in the
+head-dim test): the interpreter runs one program at a time in NumPy, and this file must stay
+well under a minute on a 2-core CI machine.
 """
 
 import math
@@ -59,7 +59,7 @@ def check_against_float64(q, k, v, *, grads=True, fwd_tol=None, grad_tol=None, *
     ref, ref_grads = float64_run(q, k, v, do, **kw)
     assert rel_error(out, ref) <= fwd_tol
     grad_tol = GRAD_TOL[q.dtype] if grad_tol is None else grad_tol
-    for name, t, g in zip("qkv", (q, k, v), ref_grads):
+    for name, t, g in zip("qkv", (q, k, v), ref_grads, strict=True):
         assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
         err = rel_error(t.grad, g)
         assert err <= grad_tol, f"d{name}: relative error {err:.3g} > {grad_tol:g}"
@@ -113,7 +113,7 @@ def test_one_token_sequences(n_q, n_k):
     # With one key the softmax is constant (1): dq and dk are exactly 0 in float64 and only
     # rounding here, so they are compared absolutely.
     atol = 1e-5
-    for t, g in zip((q, k, v), grads):
+    for t, g in zip((q, k, v), grads, strict=True):
         assert_close(t.grad.double(), g, rtol=1e-5, atol=atol)
     if n_k == 1:
         assert_close(out, v.detach().expand_as(out), rtol=0.0, atol=1e-6)  # softmax of one key
@@ -130,6 +130,41 @@ def test_grouped_query_attention_matches_repeated_heads(h, h_kv, causal):
 def test_head_dims_including_ones_that_are_not_powers_of_two(d):
     # Short sequences: the interpreter's cost grows with D, and D is what is under test.
     check_against_float64(*make_qkv(1, 1, 20, 24, d), causal=True)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_deterministic_backward_matches_float64(causal):
+    # The two-pass backward (no atomics), a separate code path from the default one-pass
+    # backward that most other tests run; 48 = 1.5 blocks of 32 and 3 of 16: full blocks, the
+    # causal diagonal and a ragged end in both kernels.
+    q, k, v = make_qkv(1, 2, 48, 48, 32)
+    out = attention(q, k, v, causal=causal, deterministic=True)
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    ref, ref_grads = float64_run(q, k, v, do, causal=causal)
+    assert rel_error(out, ref) <= FWD_TOL[torch.float32]
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert rel_error(g, r) <= GRAD_TOL[torch.float32]
+
+
+def test_torch_deterministic_flag_selects_the_deterministic_backward():
+    q, k, v = make_qkv(1, 1, 24, 24, 24)  # 1/sqrt(24): a scale that rounds
+    do = torch.randn(1, 1, 24, 24, device=DEVICE)
+
+    def grads(**kw):
+        return torch.autograd.grad(attention(q, k, v, causal=True, **kw), (q, k, v), do)
+
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        under_flag = grads()
+    finally:
+        torch.use_deterministic_algorithms(was)
+    # dK comes out of the one pass in other bits than out of the two (dS is scaled before the
+    # product there, after it here), so equality pins down which backward ran.
+    for a, b in zip(under_flag, grads(deterministic=True), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(under_flag[1], grads(deterministic=False)[1])
 
 
 def test_non_contiguous_inputs_give_the_contiguous_result():
@@ -212,6 +247,11 @@ BAD_INPUTS = {
     "causal": ((_t(1, 1, 8, 16),) * 3, {"causal": "yes"}, r"causal must be a bool, got 'yes'"),
     "scale nan": ((_t(1, 1, 8, 16),) * 3, {"sm_scale": float("nan")}, r"sm_scale .* got nan"),
     "scale 0": ((_t(1, 1, 8, 16),) * 3, {"sm_scale": 0.0}, r"sm_scale .* got 0.0"),
+    "deterministic": (
+        (_t(1, 1, 8, 16),) * 3,
+        {"deterministic": 1},
+        r"deterministic must be a bool or None, got 1",
+    ),
     "not a tensor": (
         ([[1.0]], _t(1, 1, 8, 16), _t(1, 1, 8, 16)),
         {},

@@ -71,7 +71,7 @@ def test_inputs_are_never_mutated_and_results_are_new_arrays():
     arrays = _arrays(np.random.default_rng(4), 3, 10, np.float64)
     copies = [a.copy() for a in arrays]
     results = simulate_ring_allreduce(arrays, "sum")
-    for a, c, r in zip(arrays, copies, results):
+    for a, c, r in zip(arrays, copies, results, strict=True):
         np.testing.assert_array_equal(a, c)
         assert not np.shares_memory(a, r)
     results[0][:] = 0  # one worker's result is its own

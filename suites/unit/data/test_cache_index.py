@@ -419,7 +419,7 @@ def test_a_resume_in_the_middle_of_a_shard_reads_exactly_the_rest_through_the_in
     list(make(cache=True))  # warms the cache
     consumed = manifest.shards[0].num_samples + 5  # inside the second shard
     first = make(cache=True)
-    for _, sample in zip(range(consumed), first):
+    for _, sample in zip(range(consumed), first, strict=False):
         first.record(sample)
     parses = ParseCounter(monkeypatch)
     resumed = make(cache=True)

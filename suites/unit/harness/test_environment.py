@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,12 +16,10 @@ from click.testing import CliRunner
 from harness import environment
 from harness.cli import main
 
-try:
-    # Paid here, at collection, so the fingerprint tests time the fingerprint and not torch's
-    # 1-2 s first import; the fingerprint itself imports torch only when it is installed.
+# Paid here, at collection, so the fingerprint tests time the fingerprint and not torch's
+# 1-2 s first import; the fingerprint itself imports torch only when it is installed.
+with contextlib.suppress(ImportError):
     import torch  # noqa: F401
-except ImportError:
-    pass
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -271,3 +271,21 @@ def test_the_json_report_records_outcomes_tiers_seed_and_quarantine(
     assert {t["tier"] for t in report["tests"]} == {"unit", "gpu"}
     assert report["quarantine"]["entries"] == 1 and report["quarantine"]["problems"] == []
     assert "python" in json.dumps(report["environment"])
+
+
+@pytest.mark.parametrize("stored", [None, "0.25", True, [1.0, "x"], {"v": 1}])
+def test_a_hand_edited_golden_without_a_numeric_value_is_a_clear_failure(
+    project, pytester, monkeypatch, stored
+):
+    project(GOLDEN)
+    monkeypatch.setenv("LOSS", "0.25")
+    _run(pytester).assert_outcomes(passed=1)
+    golden = _golden_file(pytester)
+    data = json.loads(golden.read_text())
+    data["test_loss"]["final_loss"]["value"] = stored
+    golden.write_text(json.dumps(data))
+    before = golden.read_text()
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*golden 'final_loss' of test_loss*has no numeric 'value'*"])
+    assert golden.read_text() == before

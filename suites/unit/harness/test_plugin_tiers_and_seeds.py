@@ -73,7 +73,8 @@ def test_a_tier_with_a_missing_need_is_skipped_with_the_reason_shown(project, py
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(
         [
-            "SKIPPED*test_i.py*tier integration skipped: needs env:HARNESS_TEST_NEVER_SET: environment variable HARNESS_TEST_NEVER_SET is not set"
+            "SKIPPED*test_i.py*tier integration skipped: needs env:HARNESS_TEST_NEVER_SET: "
+            "environment variable HARNESS_TEST_NEVER_SET is not set"
         ]
     )
 

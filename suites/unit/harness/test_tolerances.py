@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness.tolerances import DEFAULT_TOLERANCES, assert_close, rel_error
+from harness import DEFAULT_TOLERANCES, assert_close, assert_equal, rel_error
 
 torch = pytest.importorskip("torch")
 
@@ -524,3 +524,70 @@ def test_rel_error_needs_one_shape_and_names_both():
 def test_rel_error_rejects_nested_structures_with_a_type_error():
     with pytest.raises(TypeError, match="list"):
         rel_error([1.0], [1.0])
+
+
+# --- assert_equal --------------------------------------------------------------------------------
+
+
+def test_assert_equal_allows_no_difference_at_all():
+    assert_equal({"w": [1, 2.5]}, {"w": [1, 2.5]})
+    with pytest.raises(AssertionError, match=r"(?s)up to 0.0 allowed.*actual\['w'\]\[1\]"):
+        assert_equal({"w": [1, 2.5]}, {"w": [1, 2.5 + 1e-15]})
+    with pytest.raises(AssertionError, match="Scalars are not equal"):
+        assert_equal(torch.tensor(1.0), torch.tensor(1.0 + 2**-23))  # one float32 ulp
+
+
+def test_assert_equal_checks_dtypes_unless_told_not_to():
+    with pytest.raises(AssertionError, match="dtype"):
+        assert_equal(np.ones(2, np.float32), np.ones(2, np.float64))
+    assert_equal(np.ones(2, np.float32), np.ones(2, np.float64), check_dtype=False)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (0.0, -0.0),
+        (torch.zeros(5), torch.tensor([0.0, 0.0, -0.0, 0.0, 0.0])),
+        (np.zeros(3, np.float16), -np.zeros(3, np.float16)),
+    ],
+)
+def test_bitwise_equality_tells_negative_zero_from_zero(a, b):
+    assert_equal(a, b)  # equal as values
+    with pytest.raises(AssertionError, match="not bitwise equal"):
+        assert_equal(a, b, bitwise=True)
+
+
+def test_bitwise_equality_names_the_first_differing_byte_of_a_tensor():
+    a = torch.zeros(10)  # 40 bytes
+    b = a.clone()
+    b[3] = -0.0  # the sign bit of element 3: byte 15 in little-endian order
+    with pytest.raises(AssertionError, match="first differing byte is at offset 15 of 40"):
+        assert_equal({"x": [a]}, {"x": [b]}, bitwise=True)
+
+
+def test_bitwise_equality_matches_nan_only_with_the_same_payload():
+    nan = torch.tensor([float("nan")])
+    assert_equal(nan, nan.clone(), bitwise=True)
+    other = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)  # another NaN
+    assert_equal(nan, other, equal_nan=True)
+    with pytest.raises(AssertionError, match="not bitwise equal"):
+        assert_equal(nan, other, bitwise=True)
+
+
+def test_a_failure_points_at_the_test_not_inside_the_harness(pytester):
+    pytester.makepyfile(
+        test_tb="""
+        from harness import assert_close, assert_equal
+
+        def test_close():
+            assert_close([1.0], [2.0])
+
+        def test_equal():
+            assert_equal(0.0, -0.0, bitwise=True)
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--harness-deterministic=off")
+    result.assert_outcomes(failed=2)
+    text = result.stdout.str()
+    assert "harness/tolerances.py" not in text, "a tolerances.py frame was shown"
+    result.stdout.fnmatch_lines(["*assert_close([[]1.0], [[]2.0])*", "*bitwise=True)*"])

@@ -1,7 +1,8 @@
 """Early stopping in reference_impls.training: patience against the run's best, and a patience
 counter that survives a crash and a resume from ``latest.pt``.
 
-The scripted scenario of issue 7: validation losses 10, 8, 6, then 6.5 for ever, patience 5.
+The scripted scenario of the requirements: validation losses 10, 8, 6, then 6.5 for ever,
+patience 5.
 Epochs are numbered from 0: epoch 2 is the best (6), epochs 3..7 are five checks without
 improvement, so the run stops at epoch 7. A run that resets the counter on resume would stop
 at epoch 9 after a crash at epoch 4.
