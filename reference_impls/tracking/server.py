@@ -89,7 +89,7 @@ def _current_user(
     if authorization and authorization.lower().startswith("bearer "):
         token = authorization[7:].strip()
     try:
-        return request.app.state.access.authenticate(token)  # type: ignore[no-any-return]
+        return request.app.state.access.authenticate(token)
     except PermissionDeniedError as exc:
         raise _Unauthorized(str(exc)) from None
 
