@@ -360,6 +360,13 @@ class Scalar(_Spec):
                 not isinstance(limit, numbers.Real) or isinstance(limit, bool)
             ):
                 raise SchemaError(f"Scalar.{bound} must be a number, got {limit!r}")
+            if limit is not None and not math.isfinite(limit):
+                # NaN compares false with everything, so `value < nan` never fails; an
+                # infinite bound is no bound. Either would make the check unable to fail.
+                raise SchemaError(
+                    f"Scalar.{bound} must be a finite number, got {limit!r}; leave {bound} "
+                    "out for no bound"
+                )
         if (self.finite or self.min is not None or self.max is not None) and not numeric:
             raise SchemaError("Scalar finite/min/max apply to int or float only")
         if self.min is not None and self.max is not None and self.min > self.max:
@@ -757,6 +764,8 @@ def load(path: str | os.PathLike, *, allow_pickle: bool = False) -> object:
     if suffix == ".json":
         try:
             return json.loads(_read_text(path))
+        except RecursionError:
+            raise _fail(path, _TOO_DEEP) from None
         except json.JSONDecodeError as exc:
             raise ArtifactError(
                 f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
@@ -768,6 +777,12 @@ def load(path: str | os.PathLike, *, allow_pickle: bool = False) -> object:
             f"{path}: not a JSON-lines file:\n{_listed(bad)}", path=path, violations=bad
         )
     return [row for _, row in rows]
+
+
+_TOO_DEEP = (
+    f"nested too deeply to read (Python's recursion limit, about {sys.getrecursionlimit()} "
+    "levels of arrays or objects); no artifact of this harness nests like that"
+)
 
 
 def _read_text(path: Path) -> str:
@@ -786,6 +801,9 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, object]], list[Violation]]:
             continue
         try:
             row = json.loads(line)
+        except RecursionError:
+            bad.append(Violation("", _TOO_DEEP, "parse", number))
+            continue
         except json.JSONDecodeError as exc:
             # Typically the last line of a log whose writer was killed mid-write.
             message = f"not valid JSON: {exc.msg} (column {exc.colno})"
@@ -807,14 +825,16 @@ def _load_torch(path: Path, allow_pickle: bool) -> object:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError, ...
-        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        # torch words it "Unsupported global: GLOBAL mod.name was not an allowed global" or
+        # "Trying to load unsupported GLOBAL mod.name whose module mod is blocked".
+        unsafe = re.search(r"GLOBAL ([\w.]+)", str(exc))
         if unsafe is None:
             raise _fail(path, f"not a readable torch checkpoint: {_reason(exc, path)}") from None
         if not allow_pickle:
             raise ArtifactError(
-                f"{path}: torch.load(weights_only=True) refused it: it holds {unsafe.group(1)}, "
-                "which only full unpickling can rebuild, and unpickling runs whatever code the "
-                "file names. If you trust the file, pass allow_pickle=True "
+                f"{path}: torch.load(weights_only=True) refused the global {unsafe.group(1)} it "
+                "holds, which only full unpickling can rebuild, and unpickling runs whatever code "
+                "the file names. If you trust the file, pass allow_pickle=True "
                 "(harness artifacts validate --allow-pickle).",
                 path=path,
             ) from None
@@ -907,7 +927,12 @@ def load_schema(ref: str | os.PathLike) -> Schema:
             data = tomllib.loads(raw) if suffix == ".toml" else json.loads(raw)
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             raise SchemaError(f"{path}: cannot read schema: {exc}") from None
-        return schema_from_dict(data, source=str(path))
+        except RecursionError:
+            raise SchemaError(f"{path}: cannot read schema: {_TOO_DEEP}") from None
+        try:
+            return schema_from_dict(data, source=str(path))
+        except RecursionError:
+            raise SchemaError(f"{path}: schema {_TOO_DEEP}") from None
 
     module_name, colon, attribute = text.partition(":")
     if not (colon and module_name and attribute):

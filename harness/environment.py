@@ -251,6 +251,15 @@ def check(lock_path: str | os.PathLike, *, distributions: Mapping[str, str] | No
             name = entry.requirement.name
             wrong.append(PackageDrift(name, installed=version, wanted=entry.wanted))
 
+    if applicable == 0:
+        # With no pin to check, the only thing left to fail on is extras, and --allow-extra
+        # (the GPU job's flag) turns that off: the check would pass whatever is installed.
+        excluded = f" ({len(entries)} excluded by environment markers)" if entries else ""
+        raise LockFileError(
+            f"lock file {lock_path} pins no package for this interpreter{excluded}: nothing "
+            "could drift from it; regenerate it with `make lock` or pass the right --lock",
+            path=lock_path,
+        )
     locked_names = {entry.name for entry in entries}
     extra = [
         PackageDrift(name, installed=version)

@@ -105,14 +105,23 @@ def run_once(
     timeout_s: float = 600.0,
     extra_args: Sequence[str] = (),
 ) -> RunResult:
-    """Run one test in a fresh pytest process under ``--harness-seed=seed``."""
+    """Run one test in a fresh pytest process under ``--harness-seed=seed``.
+
+    ``test`` must not start with '-' (``ValueError``): it is handed to pytest after ``--``,
+    but the argparse of Python < 3.12.8, which pytest's intermixed parsing uses, ignores
+    ``--`` there, so an id such as ``--junitxml=../x`` would still be read as an option.
+    """
+    if test.startswith("-"):
+        raise ValueError(
+            f"test {test!r} starts with '-', which pytest would read as an option; "
+            "give a node id such as 'suites/unit/test_x.py::test_y'"
+        )
     with tempfile.TemporaryDirectory(prefix="harness-flaky-") as tmp:
         report_path = Path(tmp) / "report.json"
         cmd = [
             python,
             "-m",
             "pytest",
-            test,
             f"--harness-seed={seed}",
             "-q",
             "-p",
@@ -120,6 +129,10 @@ def run_once(
             f"--harness-json={report_path}",
             "--harness-no-fingerprint",
             *extra_args,
+            # After "--" an id (from quarantine.toml, say) is a path, never an option such as
+            # --junitxml=... (with the leading-'-' check above for older Pythons' argparse).
+            "--",
+            test,
         ]
         try:
             proc = subprocess.run(

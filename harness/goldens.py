@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
+
+from harness import atomic
 
 __all__ = ["GoldenError", "GoldenFile", "GoldenResult", "compare"]
 
@@ -204,14 +204,7 @@ class GoldenFile:
             data.setdefault(test, {})[name] = entry
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        atomic.write_text(self.path, text)
         self._data = data
         self._changed.clear()
 

@@ -17,7 +17,6 @@ Options (``pytest --help``, group "ml-harness"):
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import datetime as dt
 import json
@@ -25,16 +24,16 @@ import os
 import shlex
 import sys
 import time
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness import atomic, seeding
 from harness import goldens as _goldens
 from harness import quarantine as _quarantine
-from harness import seeding
+from harness import report as _report
 from harness import tiers as _tiers
 
 SEED_CACHE_KEY = "harness/seed"
@@ -79,8 +78,11 @@ class HarnessState:
     quarantine_problems: list[str]
     hypothesis_profile: str | None
     update_goldens: bool
+    untiered_dirs: list[Path] = dataclasses.field(default_factory=list)
     started: float = dataclasses.field(default_factory=time.time)
     determinism_applied: bool = False
+    interrupted: bool = False
+    """Set when the run was stopped by Ctrl-C (KeyboardInterrupt): its report says aborted."""
     tier_skips: dict[str, str | None] = dataclasses.field(default_factory=dict)
     records: dict[str, TestRecord] = dataclasses.field(default_factory=dict)
     golden_files: dict[Path, _goldens.GoldenFile] = dataclasses.field(default_factory=dict)
@@ -162,6 +164,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="suites",
     )
     parser.addini(
+        "harness_untiered_dirs",
+        "folders, relative to the rootdir, whose test files belong to no tier and run only when "
+        "named (asv's and pytest-benchmark's); any other test file outside the tier folders "
+        "is a collection error (default: suites/benchmarks)",
+        type="paths",
+        default=["suites/benchmarks"],
+    )
+    parser.addini(
         "harness_goldens_dir",
         "folder for golden files, relative to the rootdir (default: suites/goldens)",
         default="suites/goldens",
@@ -169,21 +179,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # --------------------------------------------------------------------------- configure
-
-
-def _pyproject_harness_table(rootpath: Path) -> dict[str, Any]:
-    path = rootpath / "pyproject.toml"
-    if not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise pytest.UsageError(f"{path}: {exc}") from exc
-    table = data.get("tool", {}).get("harness", {})
-    unknown = set(table) - {"tiers"}
-    if unknown:
-        raise pytest.UsageError(f"{path}: unknown key(s) in [tool.harness]: {sorted(unknown)}")
-    return table
 
 
 def _resolve_seed(config: pytest.Config) -> tuple[int, str]:
@@ -204,21 +199,33 @@ def _resolve_seed(config: pytest.Config) -> tuple[int, str]:
                 "--harness-seed=last: no previous seed is recorded in the pytest cache "
                 "(.pytest_cache); pass the seed printed in the earlier run's header instead"
             )
-        return int(cached), "last run"
+        # The cache is a file anyone can edit or damage: check what it holds like any input.
+        valid = isinstance(cached, int) and not isinstance(cached, bool)
+        if not valid or not 0 <= cached < 2**seeding.SEED_BITS:
+            raise pytest.UsageError(
+                f"--harness-seed=last: the seed recorded in the pytest cache "
+                f"(.pytest_cache/v/{SEED_CACHE_KEY}) is {cached!r}, not an integer in "
+                "[0, 2**32); pass the seed printed in the earlier run's header, or clear the "
+                "cache with --cache-clear"
+            )
+        return cached, "last run"
     try:
-        seed = int(raw)
-    except ValueError:
-        raise pytest.UsageError(
-            f"{source} must be an integer, 'last' or 'random', got {raw!r}"
-        ) from None
-    if not 0 <= seed < 2**seeding.SEED_BITS:
-        raise pytest.UsageError(f"{source} must be in [0, 2**32), got {seed}")
-    return seed, source
+        return seeding.parse_seed(raw), source
+    except ValueError as exc:
+        raise pytest.UsageError(f"{source}: {exc}; or 'last', or 'random'") from None
 
 
 def _selected_tiers(config: pytest.Config, tiers: dict[str, _tiers.Tier]) -> list[str]:
-    names = [n.strip() for opt in config.getoption("harness_tiers") for n in opt.split(",")]
-    names = [n for n in names if n]
+    names = []
+    for opt in config.getoption("harness_tiers"):
+        parts = [n.strip() for n in opt.split(",")]
+        if not all(parts):
+            # ',,,' must not mean "no tier named, so every tier": that runs what nobody chose.
+            raise pytest.UsageError(
+                f"--tier {opt!r} has an empty tier name; give names separated by commas, "
+                f"e.g. --tier unit,property (known tiers: {', '.join(tiers)})"
+            )
+        names += parts
     unknown = [n for n in names if n not in tiers]
     if unknown:
         raise pytest.UsageError(
@@ -288,36 +295,6 @@ def _setup_hypothesis(config: pytest.Config, ci: bool, seed: int) -> str | None:
     return chosen
 
 
-def _test_exists(rootpath: Path, test: str) -> str | None:
-    """None when the node id names a test function present in its file, else why not.
-
-    Checked on the source (AST) rather than on the collected items, so an entry for a test
-    outside this run's selection is still checked, and never mistaken for a stale one.
-    """
-    file_part, *names = test.split("::")
-    path = rootpath / file_part
-    if not path.is_file():
-        return f"file {file_part} does not exist"
-    if not names:
-        return None
-    names[-1] = names[-1].split("[", 1)[0]
-    try:
-        body: list[ast.stmt] = ast.parse(path.read_bytes(), str(path)).body
-    except (SyntaxError, ValueError):
-        return None  # collection reports the syntax error itself
-    for name in names:
-        found = [
-            node
-            for node in body
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            and node.name == name
-        ]
-        if not found:
-            return f"no test {'::'.join(names)} in {file_part}"
-        body = found[0].body if isinstance(found[0], ast.ClassDef) else []
-    return None
-
-
 def _quarantine_problems(
     entries: list[_quarantine.Entry], rootpath: Path, path: Path, today: dt.date
 ) -> list[str]:
@@ -329,7 +306,7 @@ def _quarantine_problems(
                 f"{where}: quarantine of {entry.test} expired on {entry.expires} "
                 f"({entry.issue}); fix the test, or extend the entry with a reason"
             )
-        missing = _test_exists(rootpath, entry.test)
+        missing = _quarantine.existence_problem(rootpath, entry.test)
         if missing:
             problems.append(
                 f"{where}: stale quarantine entry {entry.test}: {missing}; remove it "
@@ -345,9 +322,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "quarantined: set by the harness on quarantined tests")
     rootpath = config.rootpath
     try:
-        tiers = _tiers.load_tiers(_pyproject_harness_table(rootpath).get("tiers"))
+        tiers = _tiers.project_tiers(rootpath)
     except _tiers.TierConfigError as exc:
-        raise pytest.UsageError(f"{rootpath / 'pyproject.toml'}: {exc}") from None
+        raise pytest.UsageError(str(exc)) from None
     for name, tier in tiers.items():
         config.addinivalue_line("markers", f"{name}: {tier.description} (set from the folder)")
     selected = _selected_tiers(config, tiers)
@@ -358,12 +335,16 @@ def pytest_configure(config: pytest.Config) -> None:
     mode = config.getoption("harness_deterministic")
     qpath = config.getoption("harness_quarantine")
     quarantine_path = Path(qpath) if qpath else rootpath / "quarantine.toml"
+    if qpath and not quarantine_path.exists():
+        raise pytest.UsageError(f"--harness-quarantine: {quarantine_path} does not exist")
     try:
         entries = _quarantine.load(quarantine_path)
     except _quarantine.QuarantineError as exc:
-        raise pytest.UsageError(f"malformed quarantine file: {exc}") from None
-    if qpath and not quarantine_path.exists():
-        raise pytest.UsageError(f"--harness-quarantine: {quarantine_path} does not exist")
+        what = "bad" if quarantine_path.is_dir() else "malformed"
+        raise pytest.UsageError(f"{what} quarantine file: {exc}") from None
+    json_path = config.getoption("harness_json")
+    if json_path and not hasattr(config, "workerinput"):
+        _check_report_path(Path(json_path))
     config.stash[STATE] = HarnessState(
         rootpath=rootpath,
         suites_dir=rootpath / config.getini("harness_suites_dir"),
@@ -381,6 +362,8 @@ def pytest_configure(config: pytest.Config) -> None:
         ),
         hypothesis_profile=_setup_hypothesis(config, ci, seed),
         update_goldens=config.getoption("harness_update_goldens"),
+        # Defaults come back as written (relative); values from an ini file come back absolute.
+        untiered_dirs=[rootpath / p for p in config.getini("harness_untiered_dirs")],
     )
     if config.stash[STATE].deterministic:
         # Must be in the environment before CUDA initialises; the torch switches are applied
@@ -389,6 +372,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Recorder(config.stash[STATE]), "harness-recorder")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "harness-xdist")
+
+
+def _check_report_path(path: Path) -> None:
+    """Fail at start-up, not after the whole run, when the JSON report cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise pytest.UsageError(
+            f"--harness-json {path}: cannot create its folder {path.parent} ({why}); "
+            "give a path in a writable folder"
+        ) from None
+    if path.is_dir():
+        raise pytest.UsageError(f"--harness-json {path} is a directory; give a file path")
 
 
 class XdistHooks:
@@ -429,6 +426,49 @@ def _tier_of(state: HarnessState, path: Path) -> str | None:
     except (ValueError, IndexError):
         return None
     return first if first in state.tiers else None
+
+
+def _untiered_problem(state: HarnessState, path: Path) -> str | None:
+    """Why the test file ``path`` must not be collected, or None when it may be.
+
+    In a project with tier folders, a test file outside them would be deselected by every
+    ``--tier`` selection (``harness run`` and ``harness ci`` make one), so a failing test in a
+    misspelled folder (``suites/unti/``) or directly under ``suites/`` would never run and
+    the run would pass. Instead collecting it is an error that names the file. Folders listed
+    in ``harness_untiered_dirs`` (asv and pytest-benchmark code) are exempt.
+    """
+    if not state.suites_dir.is_dir() or _tier_of(state, path) is not None:
+        return None
+    if any(path.is_relative_to(folder) for folder in state.untiered_dirs):
+        return None
+    suites = _rel(state.suites_dir, state.rootpath)
+    folders = ", ".join(f"{suites}/{name}/" for name in state.tiers)
+    return (
+        f"{_rel(path, state.rootpath)} is not in a tier folder, so no --tier selection would "
+        f"run its tests: move it into one of {folders} or declare its folder as a tier in "
+        "[tool.harness.tiers] of pyproject.toml"
+    )
+
+
+class UntieredModule(pytest.Module):
+    """A test file outside every tier folder: collecting it fails, naming the file and the fix
+    (the file is not even imported)."""
+
+    harness_problem = ""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        raise self.CollectError(self.harness_problem)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> Any:
+    state = parent.config.stash.get(STATE, None)
+    problem = _untiered_problem(state, module_path) if state is not None else None
+    if problem is None:
+        return None
+    module = UntieredModule.from_parent(parent, path=module_path)
+    module.harness_problem = problem
+    return module
 
 
 def _tier_skip_reason(state: HarnessState, tier: str) -> str | None:
@@ -560,6 +600,30 @@ class Recorder:
 
     def __init__(self, state: HarnessState) -> None:
         self.state = state
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        # pytest also stops "interrupted" after collection errors and on pytest.exit(): those
+        # runs finished what they could and fail as usual; only Ctrl-C aborts one.
+        if isinstance(excinfo.value, KeyboardInterrupt) and not isinstance(
+            excinfo.value, pytest.Session.Interrupted
+        ):
+            self.state.interrupted = True
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A file that failed to collect is a gating error in the reports too (JSON, summary),
+        not only in pytest's terminal output."""
+        if not report.failed:
+            return
+        longrepr = str(report.longrepr)
+        lines = [line for line in longrepr.strip().splitlines() if line.strip()]
+        self.state.records[report.nodeid] = TestRecord(
+            nodeid=report.nodeid,
+            tier=None,
+            seed=None,
+            outcome="error",
+            message=lines[-1].strip() if lines else "collection failed",
+            longrepr=longrepr,
+        )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         records = self.state.records
@@ -785,6 +849,10 @@ def write_json_report(
         "started": dt.datetime.fromtimestamp(state.started, dt.UTC).isoformat(),
         "duration_s": round(time.time() - state.started, 3),
         "exit_status": exit_status,
+        "status": str(
+            _report.run_status({"exit_status": exit_status, "interrupted": state.interrupted})
+        ),
+        "interrupted": state.interrupted,
         "tiers": tiers,
         "quarantine": {
             "path": str(state.quarantine_path),
@@ -806,4 +874,4 @@ def write_json_report(
         ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    atomic.write_text(path, json.dumps(report, indent=2, default=str) + "\n")

@@ -23,18 +23,21 @@ Every problem with the file is a ``QuarantineError`` whose message reads
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime
 import difflib
+import itertools
 import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import tomlkit
+
+from harness import atomic
 
 __all__ = [
     "DEFAULT_DAYS",
@@ -45,8 +48,10 @@ __all__ = [
     "Entry",
     "QuarantineError",
     "add",
+    "existence_problem",
     "find",
     "load",
+    "node_id_problem",
     "remove",
 ]
 
@@ -95,7 +100,9 @@ _QUARANTINE_HEADER = re.compile(
 _ANY_TABLE_HEADER = re.compile(r"^\s*\[")
 # A pytest node id: a relative path to a .py file, then ::-separated Python names (a class, a
 # test function), then optionally one "[param]" suffix.
-_NODE_ID = re.compile(r"^(?!/|\./)[^\s:\[\]\\]+\.py(?:::[^\W\d]\w*)+(?:\[.*\])?$")
+_NODE_ID = re.compile(r"[^\s:\[\]\\]+\.py(?:::[^\W\d]\w*)+(?:\[.*\])?")
+# Characters no node id holds and no terminal shows faithfully (C0 controls, DEL, C1 controls).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NODE_ID_EXAMPLE = "suites/unit/test_x.py::test_y"
 _ISSUE_EXAMPLE = "https://github.com/ORG/REPO/issues/123"
 
@@ -188,8 +195,13 @@ def add(
     today: datetime.date | None = None,
     expires: datetime.date | None = None,
     days: int = DEFAULT_DAYS,
+    root: os.PathLike[str] | str | None = None,
 ) -> Entry:
     """Quarantine ``test`` from ``today`` until ``expires`` (default: ``today + days``).
+
+    With ``root`` (the project directory; the CLI passes the quarantine file's directory) the
+    test must also exist there: its file inside ``root`` and the named function or class in
+    that file (:func:`existence_problem`). Without it only the node id's form is checked.
 
     The file is validated first and never edited when malformed; entries stay sorted by test
     id; comments, including the header, are kept. Creates the file (with ``DEFAULT_HEADER``)
@@ -237,6 +249,16 @@ def add(
                 "covers every parametrization; nothing to add",
             )
 
+    if root is not None:
+        missing = existence_problem(Path(root), test)
+        if missing is not None:
+            raise QuarantineError(
+                path,
+                0,
+                f"cannot quarantine {test!r}: {missing}; quarantine a test that exists, by "
+                "its node id as `pytest --collect-only -q` prints it from the project root",
+            )
+
     # A new or blank file gets the header that explains the format and the policy.
     base = text if text is not None and text.strip() else DEFAULT_HEADER
     new_text = _insert_block(base, _render(values))
@@ -272,6 +294,13 @@ def _read_text(path: Path) -> str | None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise QuarantineError(
+            path, 0, "is a directory, not a quarantine file; name the quarantine.toml file itself"
+        ) from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        why = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise QuarantineError(path, 0, f"cannot read the quarantine file: {why}") from None
     return _decode(path, raw)
 
 
@@ -391,11 +420,9 @@ def _first_problem(values: dict) -> tuple[str, str] | None:
             return key, problem
 
     test, reason, issue = values["test"], values["reason"], values["issue"]
-    if not _NODE_ID.match(test):
-        return "test", (
-            f"test must be a pytest node id like {_NODE_ID_EXAMPLE!r}, got {test!r}; copy it "
-            "from pytest's output (`pytest --collect-only -q`), relative to the repo root"
-        )
+    id_problem = node_id_problem(test)
+    if id_problem is not None:
+        return "test", id_problem
     if not reason.strip():
         return "reason", (
             "reason is empty; say how the test fails and how often, e.g. "
@@ -421,6 +448,84 @@ def _first_problem(values: dict) -> tuple[str, str] | None:
             f"at most {MAX_DAYS} days: fix the test, or renew the entry with added = today "
             "and a reason that says why it is still flaky"
         )
+    return None
+
+
+def node_id_problem(test: str) -> str | None:
+    """None when ``test`` has the form of a pytest node id of a file inside the project, else
+    what is wrong with it (naming the value and the fix).
+
+    The form is ``relative/path.py::[Class::]function[param]``. Refused, because the id is
+    handed to pytest and joined to the project directory: a leading ``-`` (pytest would read
+    an option, such as ``--junitxml=../x``), an absolute path, ``.`` or ``..`` path parts,
+    empty parts (``a//b.py``), backslashes, whitespace in the path, and control characters
+    anywhere (a trailing newline included). This is the form only: :func:`existence_problem` checks
+    that the test exists.
+    """
+    fix = (
+        f"give a pytest node id like {_NODE_ID_EXAMPLE!r}, as `pytest --collect-only -q` prints "
+        "it from the project root"
+    )
+    control = _CONTROL.search(test)
+    if control is not None:
+        return (
+            f"test {test!r} contains the control character {control.group()!r} at index "
+            f"{control.start()}; {fix}"
+        )
+    if test.startswith("-"):
+        return f"test {test!r} starts with '-', which pytest would read as an option; {fix}"
+    if not _NODE_ID.fullmatch(test):
+        return f"test must be a pytest node id like {_NODE_ID_EXAMPLE!r}, got {test!r}; {fix}"
+    file_part = test.split("::", 1)[0]
+    if file_part.startswith("/"):
+        return f"test {test!r} is an absolute path; node ids are relative to the project root"
+    bad = [part for part in file_part.split("/") if part in ("", ".", "..")]
+    if bad:
+        return (
+            f"test {test!r} has the path part {bad[0]!r}; node ids name a file inside the "
+            f"project with plain folder names, e.g. {_NODE_ID_EXAMPLE!r}"
+        )
+    return None
+
+
+def existence_problem(root: Path, test: str) -> str | None:
+    """None when the node id ``test`` names a test present under ``root``, else why not.
+
+    The file must be inside ``root`` once symlinks are resolved, and every name after ``::``
+    (a class, then a function; a ``[param]`` suffix is not checked) must be defined in it.
+    Checked on the source (AST) rather than by collecting, so it is fast, imports nothing,
+    and finds a test whatever ``--tier`` or ``-k`` selection a run makes. A file that does not
+    parse counts as present: collecting it reports the syntax error itself.
+    """
+    problem = node_id_problem(test)
+    if problem is not None:
+        return problem
+    file_part, *names = test.split("::")
+    root = Path(root).resolve()
+    path = (root / file_part).resolve()
+    if not path.is_relative_to(root):
+        return f"file {file_part} resolves to {path}, outside the project {root}"
+    if not path.is_file():
+        return f"file {file_part} does not exist"
+    if not names:
+        return None
+    names[-1] = names[-1].split("[", 1)[0]
+    try:
+        body: list[ast.stmt] = ast.parse(path.read_bytes(), str(path)).body
+    except (SyntaxError, ValueError):
+        return None
+    except OSError as error:
+        return f"file {file_part} cannot be read ({error.strerror or error})"
+    for name in names:
+        found = [
+            node
+            for node in body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.name == name
+        ]
+        if not found:
+            return f"no test {'::'.join(names)} in {file_part}"
+        body = found[0].body if isinstance(found[0], ast.ClassDef) else []
     return None
 
 
@@ -551,9 +656,7 @@ def _split_blocks(lines: list[str]) -> tuple[list[str], list[list[str]]]:
         return _strip_blank(lines), []
     preamble = _strip_blank(lines[: starts[0]])
     bounds = [*starts, len(lines)]
-    blocks = [
-        _strip_blank(lines[begin:end]) for begin, end in zip(bounds, bounds[1:], strict=False)
-    ]
+    blocks = [_strip_blank(lines[begin:end]) for begin, end in itertools.pairwise(bounds)]
     return preamble, blocks
 
 
@@ -601,29 +704,5 @@ def _write_validated(path: Path, text: str) -> list[Entry]:
             "the file is unchanged: please report this bug",
         ) from error
 
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below; its name outlives it)
-        "w",
-        encoding="utf-8",
-        newline="\n",
-        dir=path.parent,
-        prefix=f".{path.name}.",
-        suffix=".tmp",
-        delete=False,
-    )
-    try:
-        with handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, mode)
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    atomic.write_text(path, text)
     return entries

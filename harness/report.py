@@ -15,14 +15,52 @@ Nothing here imports pytest: the JSON report is the interface.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
+import time
+import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OUTCOMES", "append_step_summary", "load", "render_markdown", "tier_counts"]
+from harness import atomic
+
+__all__ = [
+    "OUTCOMES",
+    "REPORT_FILES",
+    "RunStatus",
+    "append_step_summary",
+    "load",
+    "placeholder_json",
+    "placeholder_junit",
+    "placeholder_markdown",
+    "render_markdown",
+    "run_status",
+    "tier_counts",
+    "write_placeholders",
+]
+
+REPORT_FILES = ("junit.xml", "report.json", "summary.md")
+"""The reports of one ``harness run``, all in its report directory."""
+
+
+class RunStatus(enum.StrEnum):
+    """The verdict of a run, as its reports state it (``status`` in report.json).
+
+    A run's report directory says ABORTED from the moment the run starts: each report is
+    replaced by an "aborted" placeholder first, then by the run's real report once pytest has
+    finished (PASSED or FAILED). A run that never gets there (Ctrl-C, a start-up or usage
+    error, a crash) therefore leaves ABORTED, never the previous run's verdict. SKIPPED is
+    for a step that was not run on purpose (``harness ci``'s GPU tier without a GPU).
+    """
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    SKIPPED = "skipped"
+
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "quarantined", "xfailed", "xpassed")
 """Outcome columns, in the order the summary shows them."""
@@ -64,7 +102,16 @@ def _one_line(text: str | None, limit: int = 200) -> str:
 
 
 def _passed(report: Mapping[str, Any]) -> bool:
-    return report.get("exit_status") == 0
+    return run_status(report) is RunStatus.PASSED
+
+
+def run_status(report: Mapping[str, Any]) -> RunStatus:
+    """The verdict of a JSON report: its ``status``, else derived from the exit status."""
+    if report.get("status") in set(RunStatus):
+        return RunStatus(report["status"])
+    if report.get("interrupted"):
+        return RunStatus.ABORTED
+    return RunStatus.PASSED if report.get("exit_status") == 0 else RunStatus.FAILED
 
 
 def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run") -> str:
@@ -75,6 +122,11 @@ def render_markdown(report: Mapping[str, Any], *, title: str = "ml-harness run")
     )
     if report.get("exit_status") == 5:
         verdict = "❌ no tests ran (exit status 5)"
+    if run_status(report) is RunStatus.ABORTED:
+        verdict = (
+            f"❌ aborted (exit status {report.get('exit_status')}): interrupted by Ctrl-C; "
+            "the counts below are of the tests that ran before it"
+        )
     selected = [n for n, t in report.get("tiers", {}).items() if t.get("selected")]
     seed = report.get("seed")
     lines = [
@@ -176,3 +228,58 @@ def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> 
     with path.open("a", encoding="utf-8") as f:
         f.write(markdown.rstrip("\n") + "\n\n")
     return path
+
+
+# --------------------------------------------------------------------------------------------
+# Placeholders: what a report directory holds while a run is under way, after it was aborted,
+# or for a step that was skipped.
+
+
+def placeholder_json(status: RunStatus, reason: str) -> dict[str, Any]:
+    """A JSON report that says ``status`` (aborted or skipped) and why, with no tests."""
+    return {
+        "version": 1,
+        "status": str(status),
+        "reason": reason,
+        "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "exit_status": None,
+        "tiers": {},
+        "tests": [],
+    }
+
+
+def placeholder_junit(status: RunStatus, reason: str, *, name: str = "ml-harness") -> str:
+    """A JUnit XML report of one test case that errored (aborted) or was skipped, so a CI
+    system reading it shows that instead of a pass (or of nothing at all)."""
+    suites = ET.Element("testsuites")
+    aborted = status is RunStatus.ABORTED
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=name,
+        tests="1",
+        errors="1" if aborted else "0",
+        failures="0",
+        skipped="0" if aborted else "1",
+    )
+    case = ET.SubElement(suite, "testcase", classname="harness", name=f"run {status}")
+    child = ET.SubElement(case, "error" if aborted else "skipped", message=f"{status}: {reason}")
+    child.text = reason
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def placeholder_markdown(status: RunStatus, reason: str, *, title: str = "ml-harness run") -> str:
+    icon = "❌" if status is RunStatus.ABORTED else "⏭️"
+    return f"## {title}: {icon} {status}\n\n{reason}\n"
+
+
+def write_placeholders(
+    report_dir: Path, status: RunStatus, reason: str, *, title: str = "ml-harness run"
+) -> None:
+    """Replace every report of a run in ``report_dir`` (``REPORT_FILES``) with one that says
+    ``status`` and ``reason``, each atomically."""
+    atomic.write_text(report_dir / "junit.xml", placeholder_junit(status, reason, name=title))
+    atomic.write_text(
+        report_dir / "report.json", json.dumps(placeholder_json(status, reason), indent=2) + "\n"
+    )
+    atomic.write_text(report_dir / "summary.md", placeholder_markdown(status, reason, title=title))

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import os
 import random
+import re
 import secrets
 import sys
 
@@ -19,6 +20,7 @@ __all__ = [
     "derive_seed",
     "enable_determinism",
     "new_base_seed",
+    "parse_seed",
     "seed_everything",
 ]
 
@@ -28,6 +30,26 @@ SEED_BITS = 32
 CUBLAS_WORKSPACE_CONFIG = ":4096:8"
 """cuBLAS needs a fixed workspace for deterministic results (CUDA docs, "Results
 reproducibility"); torch.use_deterministic_algorithms raises on CUDA >= 10.2 without it."""
+
+
+_DECIMAL = re.compile(r"[0-9]+", re.ASCII)
+
+
+def parse_seed(text: str) -> int:
+    """The seed written in ``text``: plain ASCII decimal digits, in ``[0, 2**32)``.
+
+    Stricter than ``int()``, which also takes ``" 7"``, ``"+7"``, ``"1_000"`` and non-ASCII
+    digits: a seed is copied between a report, a shell and a CI config, and each of those
+    forms reads differently in one of them. Raises ``ValueError`` naming the value.
+    """
+    if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
+        raise ValueError(f"a seed is a decimal integer in [0, 2**{SEED_BITS}), got {text!r}")
+    # Compare lengths first: int() refuses strings of over 4300 digits with its own message.
+    if len(text.lstrip("0")) > len(str(2**SEED_BITS)) or int(text) >= 2**SEED_BITS:
+        raise ValueError(
+            f"a seed must be in [0, 2**{SEED_BITS}) = [0, {2**SEED_BITS - 1}], got {text}"
+        )
+    return int(text)
 
 
 def new_base_seed() -> int:

@@ -30,6 +30,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "default_selection",
     "load_tiers",
     "missing_needs",
+    "project_tiers",
 ]
 
 
@@ -112,6 +114,30 @@ def load_tiers(overrides: Mapping[str, Any] | None) -> dict[str, Tier]:
             values["needs"] = tuple(needs)
         tiers[name] = Tier(name=name, **values)
     return tiers
+
+
+def project_tiers(rootpath: Path) -> dict[str, Tier]:
+    """The tier table of the project at ``rootpath``: the built-in tiers updated with
+    ``[tool.harness.tiers]`` of its pyproject.toml (none: the built-in table).
+
+    Raises :class:`TierConfigError` naming the file for an unreadable pyproject.toml, an
+    unknown key under ``[tool.harness]`` or a malformed tier.
+    """
+    path = Path(rootpath) / "pyproject.toml"
+    if not path.is_file():
+        return dict(DEFAULT_TIERS)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise TierConfigError(f"{path}: {exc}") from None
+    table = data.get("tool", {}).get("harness", {})
+    unknown = set(table) - {"tiers"}
+    if unknown:
+        raise TierConfigError(f"{path}: unknown key(s) in [tool.harness]: {sorted(unknown)}")
+    try:
+        return load_tiers(table.get("tiers"))
+    except TierConfigError as exc:
+        raise TierConfigError(f"{path}: {exc}") from None
 
 
 def default_selection(tiers: Mapping[str, Tier]) -> list[str]:

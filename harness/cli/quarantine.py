@@ -131,6 +131,11 @@ def add(
 ) -> None:
     """Quarantine TEST, a pytest node id as pytest prints it.
 
+    TEST must name a test that exists: its file inside the project (the folder holding the
+    quarantine file) and the function (or class) in that file. Give it after `--` when it
+    could look like an option; ids starting with '-', with '..' parts, absolute paths or
+    control characters are refused.
+
     Without a [param] suffix the entry covers every parametrization of the test. The entry
     is dated today and expires after --days (default 30) or on --expires; the file stays
     sorted by test id and keeps its comments. Exit status 2 when refused (malformed file,
@@ -154,6 +159,8 @@ def add(
             issue=issue,
             expires=expires.date() if expires else None,
             days=days if days is not None else q.DEFAULT_DAYS,
+            # The project is where the quarantine file lives (pytest's rootdir, by default).
+            root=file.resolve().parent,
         )
     except (q.QuarantineError, OSError) as error:
         raise UsageProblem(str(error)) from None

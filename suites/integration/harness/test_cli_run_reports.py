@@ -132,12 +132,14 @@ def test_a_run_that_collects_nothing_fails_loudly(project, pytester):
     result.stdout.fnmatch_lines(["*pytest collected no tests (exit 5)*"])
 
 
-def test_a_usage_error_is_reported_without_a_stale_report(project, pytester):
+def test_a_start_up_error_in_pytest_leaves_reports_that_say_aborted(project, pytester):
     project({"suites/unit/test_ok.py": "def test_ok():\n    pass\n"})
     assert _harness(pytester, "run", "--report-dir", "out").ret == 0
-    result = _harness(pytester, "run", "--tier", "nonsense", "--report-dir", "out")
+    # An option only pytest checks: the run gets as far as starting pytest.
+    result = _harness(pytester, "run", "--report-dir", "out", "--", "--harness-deterministic=x")
     assert result.ret == 4
-    assert not (pytester.path / "out/report.json").exists()
-    assert (
-        "pytest stopped before writing a report" in (pytester.path / "out/summary.md").read_text()
-    )
+    out = pytester.path / "out"
+    assert json.loads((out / "report.json").read_text())["status"] == "aborted"
+    summary = (out / "summary.md").read_text()
+    assert "aborted" in summary and "pytest stopped before writing a report" in summary
+    assert ET.parse(out / "junit.xml").getroot().find("testsuite").get("errors") == "1"

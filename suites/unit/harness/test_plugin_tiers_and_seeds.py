@@ -44,10 +44,14 @@ def test_tier_option_selects_only_the_named_tiers(project, pytester):
     assert "test_i" not in result.stdout.str()
 
 
-def test_tests_outside_any_tier_are_deselected_when_tiers_are_chosen(project, pytester):
-    project({**TWO_TIERS, "tools/test_loose.py": "def test_loose():\n    pass\n"})
+def test_a_test_file_outside_the_tier_folders_is_a_collection_error_not_a_deselection(
+    project, pytester
+):
+    project({**TWO_TIERS, "tools/test_loose.py": "def test_loose():\n    assert False\n"})
     result = pytester.runpytest("--tier", "unit", "suites", "tools")
-    result.assert_outcomes(passed=1, deselected=3)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1, deselected=2)
+    result.stdout.fnmatch_lines(["*tools/test_loose.py is not in a tier folder*"])
 
 
 def test_an_unknown_tier_is_a_usage_error_listing_the_known_ones(project, pytester):
@@ -265,7 +269,10 @@ def test_a_bad_seed_is_a_usage_error(project, pytester):
     result = pytester.runpytest("--harness-seed=abc")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--harness-seed must be an integer, 'last' or 'random', got 'abc'*"]
+        [
+            "*--harness-seed: a seed is a decimal integer in [[]0, 2**32), got 'abc';"
+            " or 'last', or 'random'*"
+        ]
     )
 
 

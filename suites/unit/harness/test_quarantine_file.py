@@ -568,6 +568,8 @@ def test_cli_add_then_list_then_remove_uses_quarantine_toml_in_the_current_direc
 ):
     monkeypatch.chdir(tmp_path)
     test = "suites/unit/test_x.py::test_y[fp16]"
+    (tmp_path / "suites/unit").mkdir(parents=True)
+    (tmp_path / "suites/unit/test_x.py").write_text("def test_y():\n    pass\n")
 
     added = cli(
         "add", test, "--reason", "flaky on GPU", "--issue", "https://x.org/i/1", "--days", "14"
@@ -585,6 +587,7 @@ def test_cli_add_then_list_then_remove_uses_quarantine_toml_in_the_current_direc
 
 def test_cli_add_with_an_explicit_expiry_date(tmp_path):
     path = tmp_path / "quarantine.toml"
+    (tmp_path / "a.py").write_text("def t():\n    pass\n")
     expires = datetime.date.today() + datetime.timedelta(days=20)
 
     result = cli(

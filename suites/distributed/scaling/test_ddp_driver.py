@@ -1,4 +1,5 @@
-"""The data-parallel scaling driver (python -m reference_impls.training.scaling), on CPU with gloo.
+"""The data-parallel scaling driver (python -m reference_impls.scaling.ddp, formerly
+reference_impls.training.scaling), on CPU with gloo.
 
 Timings on a shared 2-core machine mean nothing, so this checks the driver's bookkeeping, not
 its numbers: every case ran, the derived columns follow from the measured ones, and the
@@ -20,7 +21,7 @@ def scaling(tmp_path_factory):
     cmd = [
         sys.executable,
         "-m",
-        "reference_impls.training.scaling",
+        "reference_impls.scaling.ddp",
         "--device",
         "cpu",
         "--gpus",
@@ -84,3 +85,14 @@ def test_the_trainer_reaches_the_same_loss_on_one_and_two_workers(scaling):
     # Same global batch and seed: the two-rank mean of half-batch gradients equals the
     # one-rank full-batch gradient up to float32 summation order (~1e-7 relative).
     assert two["last_val_loss"] == pytest.approx(one["last_val_loss"], rel=1e-5)
+
+
+def test_the_former_module_still_runs_the_driver(capsys):
+    from reference_impls.scaling import ddp
+    from reference_impls.training import scaling as former
+
+    assert former.main is ddp.main  # python -m reference_impls.training.scaling calls it
+    with pytest.raises(SystemExit) as exc:
+        former.main(["--help"])
+    assert exc.value.code == 0
+    assert "usage: python -m reference_impls.scaling.ddp" in capsys.readouterr().out

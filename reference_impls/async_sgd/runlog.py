@@ -1,0 +1,69 @@
+"""A run directory: the staleness log (one JSON line per push) and a JSON summary.
+
+Both the simulator and the real parameter server write the same layout, so ``analyze`` reads
+either::
+
+    RUN_DIR/staleness.jsonl   one UpdateRecord per line, in the order the server handled them
+    RUN_DIR/run.json          mode, config, policy, counts, deaths, final loss, wall time
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from reference_impls.async_sgd.server import UpdateRecord, UpdateStatus
+
+__all__ = ["LOG_NAME", "SUMMARY_NAME", "read_log", "read_summary", "write_run"]
+
+LOG_NAME = "staleness.jsonl"
+SUMMARY_NAME = "run.json"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_run(
+    run_dir: str | Path, records: Iterable[UpdateRecord], summary: Mapping[str, Any]
+) -> Path:
+    """Write the log and the summary into ``run_dir`` (created if missing)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(r.to_json()) + "\n" for r in records)
+    _atomic_write(run_dir / LOG_NAME, lines)
+    _atomic_write(run_dir / SUMMARY_NAME, json.dumps(dict(summary), indent=2, default=str) + "\n")
+    return run_dir
+
+
+def read_log(run_dir: str | Path) -> list[UpdateRecord]:
+    """The records of ``run_dir``; a clear error when it is not a run directory."""
+    path = Path(run_dir) / LOG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{run_dir} has no {LOG_NAME}: pass a directory written by 'train' or 'simulate'"
+        )
+    records = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            d["status"] = UpdateStatus(d["status"])
+            records.append(UpdateRecord(**d))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"{path}:{n}: not a staleness record ({exc})") from None
+    return records
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / SUMMARY_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no {SUMMARY_NAME}")
+    summary: dict[str, Any] = json.loads(path.read_text())
+    return summary
