@@ -211,7 +211,9 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
 def _parse_show(text: str) -> tuple[int | None, str, str]:
-    """(line, before, after) of the first changed line in ``mutmut show``'s diff."""
+    """(line, before, after) of the first changed line in ``mutmut show``'s diff. The line is
+    counted from the start of the mutated function (mutmut diffs the function alone):
+    :func:`_file_line` turns it into the file's line."""
     line: int | None = None
     before = after = ""
     current = None
@@ -229,6 +231,44 @@ def _parse_show(text: str) -> tuple[int | None, str, str]:
         if not row.startswith("+"):
             current += 1
     return line, before, after
+
+
+def _file_line(
+    source: str, name: str, module: str, relative: int | None, before: str
+) -> int | None:
+    """The line in the file of a mutant's change, from mutmut's name for the mutant
+    (``pkg.mod.x_func__mutmut_3``, ``pkg.mod.xǁClassǁmethod__mutmut_3``), the line counted
+    from the function's start and the changed line's text."""
+    import ast
+
+    qual = name[len(module) + 1 :].rsplit("__mutmut_", 1)[0]
+    qual = qual[2:] if qual.startswith(("x_", "xǁ")) else qual
+    parts = [p for p in qual.split("ǁ") if p]
+    lines = source.splitlines()
+    body: list[ast.stmt] = ast.parse(source).body
+    node: ast.AST | None = None
+    for part in parts:
+        found = [
+            n
+            for n in body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and n.name == part
+        ]
+        if not found:
+            node = None
+            break
+        node = found[0]
+        body = found[0].body
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        end = node.end_lineno or len(lines)
+    else:
+        start, end = 1, len(lines)
+    guess = start + (relative or 1) - 1
+    matches = [i for i in range(start, end + 1) if lines[i - 1].strip() == before]
+    if matches:
+        return min(matches, key=lambda i: abs(i - guess))
+    return guess if relative is not None else None
 
 
 def run_module(
@@ -267,9 +307,12 @@ def run_module(
                 Status(raw) if raw in Status._value2member_map_ else Status.OTHER
             )
     survivors = []
+    source = (root / posix).read_text()
+    module = _module_name(str(posix))
     for name, status in statuses.items():
         if status in _REPORTED:
-            line, before, after = _parse_show(_mutmut(work, "show", name))
+            relative, before, after = _parse_show(_mutmut(work, "show", name))
+            line = _file_line(source, name, module, relative, before)
             survivors.append(
                 Survivor(
                     name=name, status=status, path=str(posix), line=line, before=before, after=after
