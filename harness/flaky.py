@@ -31,6 +31,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import seeding
 
@@ -76,7 +77,7 @@ class Hunt:
     def failing_seeds(self) -> list[int]:
         return sorted({r.seed for r in self.same_seed + self.new_seeds if r.failed})
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "test": self.test,
             "verdict": self.verdict,

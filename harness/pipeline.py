@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -56,9 +57,12 @@ class RunAborted(Exception):
 
 
 @dataclass
-class RunOutcome:
+class SuiteRun:
+    """One pytest run of the suites: its exit status, its JSON report (None when it wrote
+    none), its markdown summary and where the reports are."""
+
     exit_code: int
-    report: dict | None
+    report: dict[str, Any] | None
     markdown: str
     report_dir: Path
 
@@ -73,7 +77,7 @@ def run_suites(
     pytest_args: Sequence[str] = (),
     title: str | None = None,
     step_summary: bool = True,
-) -> RunOutcome:
+) -> SuiteRun:
     """Run the suites through pytest in a fresh process; write junit.xml, report.json and
     summary.md to ``report_dir``; print the summary; append it to $GITHUB_STEP_SUMMARY.
 
@@ -158,7 +162,7 @@ def _run_pytest(cmd: list[str]) -> int:
 
 def _finish(
     code: int, report_dir: Path, junit_tmp: Path, json_tmp: Path, title: str, step_summary: bool
-) -> RunOutcome:
+) -> SuiteRun:
     if not json_tmp.exists():
         reason = (
             f"pytest stopped before writing a report (exit status {code}): a usage or start-up "
@@ -168,7 +172,7 @@ def _finish(
         message = f"## {title}: ❌ {reason}"
         if step_summary:
             _report.append_step_summary(message)
-        return RunOutcome(code or 1, None, message, report_dir)
+        return SuiteRun(code or 1, None, message, report_dir)
     data = _report.load(json_tmp)
     markdown = _report.render_markdown(data, title=title)
     if _report.run_status(data) is _report.RunStatus.ABORTED:
@@ -182,7 +186,7 @@ def _finish(
         markdown = _report.placeholder_markdown(_report.RunStatus.ABORTED, reason, title=title)
         if step_summary:
             _report.append_step_summary(markdown)
-        return RunOutcome(code or 1, None, markdown, report_dir)
+        return SuiteRun(code or 1, None, markdown, report_dir)
     if junit_tmp.exists():
         os.replace(junit_tmp, report_dir / "junit.xml")
     os.replace(json_tmp, report_dir / "report.json")
@@ -193,7 +197,7 @@ def _finish(
         console.print(
             "[red bold]pytest collected no tests (exit 5): a run that ran nothing fails[/]"
         )
-    return RunOutcome(code, data, markdown, report_dir)
+    return SuiteRun(code, data, markdown, report_dir)
 
 
 # --------------------------------------------------------------------------- ci
@@ -283,7 +287,7 @@ def _ci_steps(
     cuda = _cuda_present()
     markdowns: list[str] = []
 
-    def timed(fn, *args) -> Step:
+    def timed(fn: Callable[..., Step], *args: Any) -> Step:
         start = time.monotonic()
         step = fn(*args)
         step.seconds = time.monotonic() - start

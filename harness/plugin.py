@@ -24,7 +24,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -280,7 +280,7 @@ def _setup_hypothesis(config: pytest.Config, ci: bool, seed: int) -> str | None:
     import hypothesis
     from hypothesis import settings
 
-    chosen = config.getoption("hypothesis_profile", None)
+    chosen: str | None = config.getoption("hypothesis_profile", None)
     if chosen is None:
         chosen = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ci else "dev")
         try:
@@ -291,7 +291,7 @@ def _setup_hypothesis(config: pytest.Config, ci: bool, seed: int) -> str | None:
         # Tie hypothesis's randomness to the run's seed so --harness-seed replays it too.
         import hypothesis.core
 
-        hypothesis.core.global_force_seed = seed
+        hypothesis.core.global_force_seed = seed  # type: ignore[assignment]  # typed None
     return chosen
 
 
@@ -512,7 +512,7 @@ def pytest_collection_modifyitems(
 
 
 def _test_seed(state: HarnessState, nodeid: str) -> int:
-    return seeding.derive_seed(state.seed, nodeid)
+    return seeding.node_seed(state.seed, nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -552,11 +552,16 @@ def _quarantine_info(entry: _quarantine.Entry) -> dict[str, Any]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # The harness_* attributes ride on the report's __dict__, which pytest-xdist serialises
+    # from the workers; they are read back with getattr(report, "harness_...", None).
     report: pytest.TestReport = yield
     state = item.config.stash[STATE]
-    report.harness_tier = item.stash.get(TIER, None)
-    report.harness_seed = _test_seed(state, item.nodeid)
+    extra = vars(report)
+    extra["harness_tier"] = item.stash.get(TIER, None)
+    extra["harness_seed"] = _test_seed(state, item.nodeid)
     entry = item.stash.get(QUARANTINED, None)
     if report.failed:
         report.sections.append(("harness: reproduce with", repro_command(state, item.nodeid)))
@@ -564,7 +569,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             # Quarantine turns the failure into a reported, non-gating outcome. The failure
             # text is kept for the summary and the reports: quarantine hides nothing.
             message = _crash_message(report)
-            report.harness_quarantine = {
+            extra["harness_quarantine"] = {
                 **_quarantine_info(entry),
                 "failure": message,
                 "longrepr": str(report.longrepr),
@@ -573,7 +578,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             report.wasxfail = f"quarantined ({entry.issue}): {entry.reason}; failed: {message}"
             item.user_properties.append(("harness_quarantined", f"failed in {report.when}"))
     elif entry is not None and report.when == "call" and report.passed:
-        report.harness_quarantine = {**_quarantine_info(entry), "failure": None}
+        extra["harness_quarantine"] = {**_quarantine_info(entry), "failure": None}
         item.user_properties.append(("harness_quarantined", "passed"))
     return report
 

@@ -71,7 +71,8 @@ _GATING = ("failed", "error")
 def load(path: Path) -> dict[str, Any]:
     """Read a JSON report, with an error that names the file when it is missing or broken."""
     try:
-        return json.loads(Path(path).read_text())
+        data: dict[str, Any] = json.loads(Path(path).read_text())
+        return data
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path}: no JSON report; pytest did not get as far as writing one "
@@ -81,9 +82,9 @@ def load(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a valid JSON report ({exc})") from None
 
 
-def tier_counts(report: Mapping[str, Any]) -> dict[str, Counter]:
+def tier_counts(report: Mapping[str, Any]) -> dict[str, Counter[str]]:
     """``{tier: Counter(outcome -> n)}`` in the report's tier order; untiered tests under "-"."""
-    counts: dict[str, Counter] = defaultdict(Counter)
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
     for test in report.get("tests", []):
         counts[test.get("tier") or "-"][test["outcome"]] += 1
     order = [t for t in report.get("tiers", {}) if t in counts] + sorted(

@@ -17,7 +17,7 @@ import sys
 
 __all__ = [
     "CUBLAS_WORKSPACE_CONFIG",
-    "derive_seed",
+    "node_seed",
     "enable_determinism",
     "new_base_seed",
     "parse_seed",
@@ -57,7 +57,7 @@ def new_base_seed() -> int:
     return secrets.randbelow(2**SEED_BITS)
 
 
-def derive_seed(base_seed: int, nodeid: str) -> int:
+def node_seed(base_seed: int, nodeid: str) -> int:
     """The seed of one test: stable across processes and Python versions (no ``hash()``)."""
     digest = hashlib.sha256(f"{base_seed}:{nodeid}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % (1 << SEED_BITS)

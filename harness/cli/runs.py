@@ -20,7 +20,7 @@ from harness import flaky as _flaky
 from harness import report as _report
 from harness import tiers as _tiers
 from harness.cli.errors import UsageProblem
-from harness.pipeline import CPU_TIERS, RunAborted, RunOutcome, run_suites
+from harness.pipeline import CPU_TIERS, RunAborted, SuiteRun, run_suites
 
 console = Console(stderr=False, highlight=False)
 
@@ -110,7 +110,7 @@ def _check_pytest_args(args: Sequence[str]) -> list[str]:
     return list(args)
 
 
-def _print_summary(outcome: RunOutcome) -> None:
+def _print_summary(outcome: SuiteRun) -> None:
     console.rule("summary")
     click.echo(outcome.markdown)
     console.print(
@@ -153,7 +153,14 @@ Examples:
     "--update-goldens", is_flag=True, help="Record golden values instead of comparing them."
 )
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-def run_command(tiers, report_dir, seed, deterministic, update_goldens, pytest_args) -> None:
+def run_command(
+    tiers: str | None,
+    report_dir: Path,
+    seed: str | None,
+    deterministic: str | None,
+    update_goldens: bool,
+    pytest_args: tuple[str, ...],
+) -> None:
     """Run the suites and write JUnit XML, a JSON report and a markdown summary.
 
     The summary (per tier: passed / failed / skipped with reasons / quarantined, the seed and
@@ -349,7 +356,15 @@ Examples:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def flaky_command(
-    test, runs, seed, seeds, quarantined, quarantine_file, timeout, report_dir, as_json
+    test: str | None,
+    runs: int,
+    seed: str | None,
+    seeds: str | None,
+    quarantined: bool,
+    quarantine_file: Path,
+    timeout: float,
+    report_dir: Path | None,
+    as_json: bool,
 ) -> None:
     """Rerun one test in fresh processes under one seed and under new seeds, and classify it.
 
@@ -358,7 +373,9 @@ def flaky_command(
     from harness import quarantine as _quarantine
 
     if quarantined == bool(test):
-        raise click.UsageError("give either a TEST node id or --quarantined")
+        raise UsageProblem(
+            "give either a TEST node id or --quarantined (e.g. harness flaky --quarantined)"
+        )
     if test is not None:
         problem = _quarantine.node_id_problem(test)
         if problem is not None:
@@ -394,6 +411,7 @@ def flaky_command(
         if not tests:
             console.print(f"{quarantine_file}: no quarantined tests to hunt")
     else:
+        assert test is not None  # checked above: exactly one of TEST and --quarantined
         tests = [test]
     hunts = [_hunt_with_progress(t, runs, base_seed, seed_list, timeout) for t in tests]
     markdown = _hunt_markdown(hunts)
