@@ -26,8 +26,6 @@ from harness import report as _report
 
 console = Console(stderr=False, highlight=False)
 
-CPU_TIERS = ("unit", "property", "integration", "distributed")
-
 
 class ReportDirError(ValueError):
     """The report folder cannot be created or written to (a usage error of the caller)."""

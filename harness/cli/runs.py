@@ -20,7 +20,7 @@ from harness import flaky as _flaky
 from harness import report as _report
 from harness import tiers as _tiers
 from harness.cli.errors import UsageProblem
-from harness.pipeline import CPU_TIERS, RunAborted, SuiteRun, run_suites
+from harness.pipeline import RunAborted, SuiteRun, run_suites
 
 console = Console(stderr=False, highlight=False)
 
@@ -60,6 +60,14 @@ def _tier_list(value: str | None, option: str = "--tier") -> list[str]:
             f"known tiers: {', '.join(known)}"
         )
     return list(dict.fromkeys(names))
+
+
+def _default_tiers() -> list[str]:
+    """The project's default tier selection (``Tier.default`` in its tier table)."""
+    try:
+        return _tiers.default_selection(_tiers.project_tiers(_project_root()))
+    except _tiers.TierConfigError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 def _check_seed(value: str | None, option: str = "--seed") -> str | None:
@@ -217,9 +225,9 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
     "--tier",
     "tiers",
     metavar="TIER[,TIER]",
-    default=",".join(CPU_TIERS),
-    show_default=True,
-    help="CPU tiers to run.",
+    default=None,
+    help="CPU tiers to run. Default: the tiers the tier table marks default (built in: unit, "
+    "property, integration, distributed; see harness.tiers).",
 )
 @click.option(
     "--lock",
@@ -231,7 +239,7 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
 @click.option("--seed", metavar="N|last", help="Base seed (default: random, printed).")
 @click.option("--perf/--no-perf", default=True, show_default=True, help="Run the perf gate step.")
 def ci_command(
-    report_dir: Path, tiers: str, lock: Path | None, seed: str | None, perf: bool
+    report_dir: Path, tiers: str | None, lock: Path | None, seed: str | None, perf: bool
 ) -> None:
     """The main job: the same pipeline the GitHub workflow runs, locally.
 
@@ -241,7 +249,7 @@ def ci_command(
     """
     report_dir, aborted = _bad_input(pipeline.begin_ci, report_dir)
     try:
-        tier_names = _tier_list(tiers)
+        tier_names = _tier_list(tiers) if tiers is not None else _default_tiers()
         seed = _check_seed(seed)
     except UsageProblem as exc:
         aborted(f"usage error, nothing ran: {exc.message}")
