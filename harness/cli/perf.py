@@ -1,7 +1,10 @@
 """`harness perf`: asv benchmarks, the regression gate and the offline dashboard.
 
 A thin front for ``harness.perf``; docs/perf.md is the guide. Exit codes of `gate` and `ci`:
-0 nothing regressed, 1 a significant regression (or a failing benchmark), 2 nothing comparable.
+0 nothing regressed, 1 a significant regression (or a failing benchmark), 2 nothing comparable
+or too few samples. Every command exits 2 for a bad argument (a machine name that is not one,
+a factor that cannot fail, a ref starting with '-', a regex that does not compile, a --json
+folder that does not exist, no benchmark matched), checked before any work.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -20,18 +23,89 @@ def _root() -> Path:
     return Path.cwd()
 
 
-def _fail(exc: lib.PerfError, code: int = 1) -> NoReturn:
+def _fail(exc: lib.PerfError, code: int = lib.EXIT_NOT_COMPARABLE) -> NoReturn:
+    """A problem the user has to fix: exit 2 by default, never 1 (1 means "a regression" or
+    "a benchmark failed")."""
     click.echo(f"harness perf: {exc}", err=True)
     sys.exit(code)
+
+
+def _checked(check: Any) -> Any:
+    """A click callback running one of harness.perf's checks (None passes: the default)."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            if isinstance(value, tuple):
+                return tuple(check(v, source=param.opts[0]) for v in value)
+            return check(value, source=param.opts[0] if param.opts else param.name)
+        except lib.PerfError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    return callback
+
+
+def _machine(machine: str | None) -> str:
+    """The machine a command uses, $HARNESS_PERF_MACHINE checked before any work (exit 2)."""
+    try:
+        return lib.resolve_machine(machine)
+    except lib.PerfError as exc:
+        _fail(exc)
+
+
+def _ref(value: str, *, source: str) -> str:
+    return lib.check_ref(value, source=source)
+
+
+def _writable_json_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Any:
+    """--json's folder must exist and be writable before any work (exit 2, not a traceback
+    after the gate, which would read as exit 1, "regression")."""
+    if value is None:
+        return None
+    folder = value.parent
+    if not folder.is_dir():
+        raise click.BadParameter(
+            f"{str(value)!r}: folder {str(folder)!r} does not exist; create it first "
+            f"(mkdir -p {folder})",
+            ctx=ctx,
+            param=param,
+        )
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(
+            f"{str(value)!r}: folder {str(folder)!r} is not writable", ctx=ctx, param=param
+        )
+    return value
 
 
 machine_option = click.option(
     "--machine",
     default=None,
     metavar="NAME",
-    help=f"asv machine name; one per runner type [default: ${lib.MACHINE_ENV_VAR} or "
-    f"{lib.DEFAULT_MACHINE}]",
+    callback=_checked(lib.check_machine),
+    help=f"asv machine name (letters, digits, '.', '_', '-'); one per runner type "
+    f"[default: ${lib.MACHINE_ENV_VAR} or {lib.DEFAULT_MACHINE}]",
 )
+
+factor_option = click.option(
+    "--factor",
+    type=float,
+    default=lib.DEFAULT_FACTOR,
+    show_default=True,
+    callback=_checked(lib.check_factor),
+    help="A benchmark regresses when head/base exceeds this (> 1, <= "
+    f"{lib.MAX_FACTOR:g}) AND the difference is significant.",
+)
+
+bench_option = click.option(
+    "--bench",
+    default=None,
+    metavar="REGEX",
+    callback=_checked(lib.check_regex),
+    help="Only benchmarks whose name (module.Class.method) matches REGEX (re.search).",
+)
+
+passes_option_range = click.IntRange(min=1, max=lib.MAX_PASSES)
 
 
 @click.group(name="perf")
@@ -44,7 +118,7 @@ def perf() -> None:
 
 
 @perf.command()
-@click.option("--bench", default=None, metavar="REGEX", help="Only benchmarks matching REGEX.")
+@bench_option
 @click.option(
     "--group",
     type=click.Choice(sorted(lib.GROUPS)),
@@ -55,8 +129,8 @@ def perf() -> None:
 @click.option(
     "--quick",
     is_flag=True,
-    help="One round and 7 samples per benchmark in all: the fewest the gate's "
-    "significance test can use.",
+    help="One round, 5 samples per benchmark per pass (at least 7 in all): enough for "
+    "the gate's significance test.",
 )
 @machine_option
 @click.option(
@@ -64,13 +138,14 @@ def perf() -> None:
     "commits",
     multiple=True,
     metavar="REF",
+    callback=_checked(_ref),
     help="Benchmark this commit (HEAD: the working tree; others from git archive) and "
     "record the results under its hash. Repeat it to measure several commits "
     "in alternation (base, head, base, head). [default: HEAD]",
 )
 @click.option(
     "--passes",
-    type=click.IntRange(min=1),
+    type=passes_option_range,
     default=None,
     help="Alternating passes over the commits, samples appended [default: 1 for one "
     "commit, 2 for several].",
@@ -84,6 +159,7 @@ def run(
     passes: int | None,
 ) -> None:
     """Run the benchmarks in this Python environment and record them (asv --record-samples)."""
+    machine = _machine(machine)
     commits = commits or ("HEAD",)
     passes = passes or (1 if len(commits) == 1 else 2)
     try:
@@ -113,28 +189,24 @@ def run(
 
 
 @perf.command()
-@click.argument("base")
-@click.argument("head")
-@click.option(
-    "--factor",
-    type=float,
-    default=lib.DEFAULT_FACTOR,
-    show_default=True,
-    help="A benchmark regresses when head/base exceeds this AND asv's test finds "
-    "the difference significant.",
-)
+@click.argument("base", callback=_checked(_ref))
+@click.argument("head", callback=_checked(_ref))
+@factor_option
 @machine_option
 @click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Also write the rows as JSON to this file.",
+    callback=_writable_json_path,
+    help="Also write the rows as JSON to this file (its folder must exist).",
 )
 def gate(base: str, head: str, factor: float, machine: str | None, json_path: Path | None) -> None:
     """Compare the results of BASE and HEAD. Exit 0: nothing regressed; 1: a benchmark is
     significantly slower than FACTOR allows, or fails; 2: nothing comparable (missing results,
-    environment-name mismatch, changed benchmark code)."""
+    environment-name mismatch, changed benchmark code), too few samples to see a regression,
+    or a bad argument."""
+    machine = _machine(machine)
     try:
         report = lib.gate(_root(), base, head, factor=factor, machine=machine)
     except lib.PerfError as exc:
@@ -158,7 +230,8 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
 @click.option(
     "--require-baseline",
     is_flag=True,
-    help="Exit 2 when no baseline exists (pull-request jobs) instead of 0.",
+    help="Exit 2 when no baseline exists (pull-request jobs) instead of 0. Either way "
+    "a run without a baseline keeps its results as the baseline of the next.",
 )
 @click.option(
     "--measure-base",
@@ -171,10 +244,19 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
 )
 @click.option(
     "--passes",
-    type=click.IntRange(min=1),
-    default=2,
+    type=passes_option_range,
+    default=1,
     show_default=True,
-    help="Alternating passes over base and HEAD when the base is measured here.",
+    help="Alternating asv passes over base and HEAD when the base is measured here.",
+)
+@click.option(
+    "--ab-pairs",
+    type=click.IntRange(min=0, max=lib.MAX_AB_PAIRS),
+    default=lib.DEFAULT_PAIRS,
+    show_default=True,
+    help="When the base is measured here, time each timing benchmark again in this many "
+    "interleaved base/head sample pairs, which decide its verdict (0: the asv samples "
+    "decide).",
 )
 @click.option(
     "--group",
@@ -183,14 +265,15 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
     show_default=True,
     help="The benchmark group this runner measures.",
 )
-@click.option("--bench", default=None, metavar="REGEX", help="Only benchmarks matching REGEX.")
+@bench_option
 @click.option(
     "--base-ref",
     default=None,
     metavar="REF",
+    callback=_checked(_ref),
     help="The default branch to take the merge-base with [default: found].",
 )
-@click.option("--factor", type=float, default=lib.DEFAULT_FACTOR, show_default=True)
+@factor_option
 @machine_option
 def ci(
     report_dir: Path,
@@ -198,6 +281,7 @@ def ci(
     require_baseline: bool,
     measure_base: str,
     passes: int,
+    ab_pairs: int,
     group: str,
     bench: str | None,
     base_ref: str | None,
@@ -206,6 +290,7 @@ def ci(
 ) -> None:
     """The perf step of `harness ci`: benchmarks for HEAD, gated against the base.
     Writes perf.md (also appended to $GITHUB_STEP_SUMMARY), perf-gate.json, perf-run.log."""
+    machine = _machine(machine)
     try:
         result = lib.ci_step(
             _root(),
@@ -214,6 +299,7 @@ def ci(
             require_baseline=require_baseline,
             measure_base=measure_base,
             passes=passes,
+            ab_pairs=ab_pairs,
             group=group,
             bench=bench,
             machine=machine,
@@ -237,7 +323,7 @@ def publish() -> None:
     try:
         html = lib.publish(_root(), echo=click.echo)
     except lib.PerfError as exc:
-        _fail(exc)
+        _fail(exc, 1)
     click.echo(f"open it with: harness perf preview   (or serve {html} over HTTP)")
 
 
@@ -255,7 +341,7 @@ def preview(host: str, port: int, no_publish: bool) -> None:
         )
         server = lib.dashboard_server(html, host=host, port=port)
     except lib.PerfError as exc:
-        _fail(exc)
+        _fail(exc, 1)
     click.echo(f"serving {html} on http://{host}:{server.server_address[1]}/ (Ctrl-C stops)")
     try:
         server.serve_forever()

@@ -4,6 +4,9 @@ Library code, no click: ``harness.cli.perf`` is its command line. docs/perf.md i
 guide (baseline policy, exit codes, the factor); the asv pitfalls this package works around are
 recorded in docs/platform.md ("asv (0.6.6) and pytest-benchmark"):
 
+- Validation first: a machine name (also from $HARNESS_PERF_MACHINE) is one plain path
+  component, refs never start with "-", regexes compile, the factor can fail; every value
+  reaches asv as ``--option=value``.
 - Benchmarks always run in the current interpreter (``-E existing:PY``) and ``PY`` is always
   spelled ``os.path.abspath(sys.executable)``: asv derives the environment name from that literal
   path, and results recorded under two spellings never line up.
@@ -22,8 +25,15 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
   helpers the others share.
 - ``harness.perf.runs``: ``asv run`` of one commit (:func:`run_benchmarks`) or of several in
   alternation (:func:`run_interleaved`).
-- ``harness.perf.gating``: the regression gate (:func:`gate`), baselines and the
-  ``harness ci`` step (:func:`ci_step`).
+- ``harness.perf.results``: asv's result files, and the pass records that pair base and head
+  samples measured in the same alternating pass.
+- ``harness.perf.stats``: the gate's statistics (median of per-pass ratios, a stratified
+  Mann-Whitney test, the fewest samples that can show a regression).
+- ``harness.perf.gating``: the regression gate (:func:`gate`).
+- ``harness.perf.ab``: interleaved A/B timing of base and head, sample by sample
+  (:func:`measure_ab`), which decides timing benchmarks when the base is measured in the run.
+- ``harness.perf.baselines``: which commit is the baseline; the baseline a first run records.
+- ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`).
 - ``harness.perf.dashboard``: the offline dashboard (:func:`publish`,
   :func:`dashboard_server`).
 """
@@ -33,15 +43,31 @@ from __future__ import annotations
 from harness.perf._common import (
     DEFAULT_MACHINE,
     MACHINE_ENV_VAR,
+    MAX_FACTOR,
     VENDOR_DIR_ENV_VAR,
     Echo,
     PerfError,
     Project,
+    check_factor,
+    check_machine,
+    check_ref,
+    check_regex,
     default_machine,
     env_name,
     env_spec,
     python_path,
     resolve_commit,
+    resolve_machine,
+)
+from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, ABResult, measure_ab
+from harness.perf.baselines import (
+    BASELINE_SEARCH_DEPTH,
+    StoredBaseline,
+    default_branch_refs,
+    find_baseline,
+    merge_base,
+    record_baseline,
+    stored_baseline,
 )
 
 # Private, re-exported for suites/integration/harness/test_dashboard.py (perf._RESOURCE_TAG, ...).
@@ -57,26 +83,25 @@ from harness.perf.dashboard import (
     publish,
 )
 from harness.perf.gating import (
-    BASELINE_SEARCH_DEPTH,
     DEFAULT_FACTOR,
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
     INFORMATIONAL,
     STATUS_MARK,
+    TOO_FEW_SAMPLES,
     GateReport,
-    PerfStepResult,
     Row,
-    ci_step,
-    default_branch_refs,
-    find_baseline,
+    ab_candidates,
+    apply_ab,
     gate,
     has_results,
-    merge_base,
 )
 from harness.perf.runs import (
     GROUPS,
+    MAX_PASSES,
     QUICK_MIN_SAMPLES,
+    QUICK_SAMPLES_PER_PASS,
     RunOutcome,
     bench_regex,
     ensure_machine,
@@ -84,6 +109,7 @@ from harness.perf.runs import (
     run_benchmarks,
     run_interleaved,
 )
+from harness.perf.step import MEASURE_BASE, PerfStepResult, ci_step
 
 __all__ = [
     # errors, project, interpreter and git (_common)
@@ -91,24 +117,44 @@ __all__ = [
     "MACHINE_ENV_VAR",
     "VENDOR_DIR_ENV_VAR",
     "Echo",
+    "MAX_FACTOR",
     "PerfError",
     "Project",
+    "check_factor",
+    "check_machine",
+    "check_ref",
+    "check_regex",
     "default_machine",
+    "resolve_machine",
     "env_name",
     "env_spec",
     "python_path",
     "resolve_commit",
     # running benchmarks (runs)
     "GROUPS",
+    "MAX_PASSES",
     "QUICK_MIN_SAMPLES",
+    "QUICK_SAMPLES_PER_PASS",
     "RunOutcome",
     "bench_regex",
     "ensure_machine",
     "quick_attributes",
     "run_benchmarks",
     "run_interleaved",
-    # the gate, baselines, the `harness ci` step (gating)
+    # the gate (gating), baselines (baselines), the `harness ci` step (step)
     "BASELINE_SEARCH_DEPTH",
+    "MEASURE_BASE",
+    "StoredBaseline",
+    "TOO_FEW_SAMPLES",
+    "record_baseline",
+    "stored_baseline",
+    "ab_candidates",
+    "apply_ab",
+    # interleaved A/B timing (ab)
+    "DEFAULT_PAIRS",
+    "MAX_AB_PAIRS",
+    "ABResult",
+    "measure_ab",
     "DEFAULT_FACTOR",
     "EXIT_NOT_COMPARABLE",
     "EXIT_OK",

@@ -9,11 +9,14 @@ commits, and :func:`_stream` runs asv with the project's own HOME (:func:`_asv_e
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MACHINE = "ci-cpu"
 MACHINE_ENV_VAR = "HARNESS_PERF_MACHINE"
@@ -77,10 +80,11 @@ class Project:
         return Path(override) if override else self.state_dir / "vendor"
 
 
-def _load_json(path: Path) -> dict:
+def _load_json(path: Path) -> dict[str, Any]:
     from asv import util as asv_util
 
-    return asv_util.load_json(str(path), js_comments=True)
+    data: dict[str, Any] = asv_util.load_json(str(path), js_comments=True)
+    return data
 
 
 def python_path() -> str:
@@ -96,11 +100,88 @@ def env_name(python: str | None = None) -> str:
     """The environment name asv records for ``-E existing:PYTHON``."""
     from asv.environment import get_env_name
 
-    return get_env_name("existing", (python or python_path()).replace(os.path.sep, "_"), {}, {})
+    name: str = get_env_name(
+        "existing", (python or python_path()).replace(os.path.sep, "_"), {}, {}
+    )
+    return name
+
+
+# --------------------------------------------------------------------------------------------
+# Validation of what reaches asv and git: a machine name becomes a folder under the results
+# directory, a ref and a regex become arguments. Nothing the user types may name a path outside
+# the project or be read as an option.
+
+# A machine name is one path component that cannot climb (no "/", no leading "."), at most 64
+# characters: asv writes <results_dir>/<machine>/machine.json.
+_MACHINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+# The factor is a ratio head/base: at or below 1 every noise wobble would fail; inf or nan can
+# never fail. Above 10 the gate would only see order-of-magnitude regressions.
+MAX_FACTOR = 10.0
+
+
+def check_machine(name: str, *, source: str = "--machine") -> str:
+    """name, when it is a plain machine name; a PerfError naming it (and where it came from)."""
+    if not _MACHINE_NAME.fullmatch(name):
+        raise PerfError(
+            f"{source} {name!r} is not a machine name: use 1-64 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit (e.g. {DEFAULT_MACHINE}, gpu-h200); asv keeps a "
+            "machine's results in a folder of that name under the results directory"
+        )
+    return name
 
 
 def default_machine() -> str:
-    return os.environ.get(MACHINE_ENV_VAR) or DEFAULT_MACHINE
+    """$HARNESS_PERF_MACHINE (checked like --machine) or ci-cpu."""
+    value = os.environ.get(MACHINE_ENV_VAR)
+    if value is None or value == "":
+        return DEFAULT_MACHINE
+    return check_machine(value, source=f"${MACHINE_ENV_VAR}")
+
+
+def resolve_machine(machine: str | None) -> str:
+    """The machine a command uses: the one given (checked), else :func:`default_machine`."""
+    return default_machine() if machine is None else check_machine(machine)
+
+
+def check_factor(factor: float, *, source: str = "--factor") -> float:
+    """factor, when a gate with it can fail: finite, > 1 and <= MAX_FACTOR."""
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor)) or not (
+        1.0 < factor <= MAX_FACTOR
+    ):
+        raise PerfError(
+            f"{source} {factor!r} cannot gate: it is the ratio head/base above which a "
+            f"significant slowdown fails, so it must be a finite number > 1 and <= {MAX_FACTOR:g} "
+            "(1.3 on shared CPU runners, 1.2 on a dedicated machine; docs/perf.md)"
+        )
+    return float(factor)
+
+
+def check_ref(ref: str, *, source: str = "commit") -> str:
+    """ref, when it can only be read as a revision: git must never see it as an option."""
+    if (
+        not ref
+        or ref.startswith("-")
+        or len(ref) > 256
+        or any(c.isspace() or not c.isprintable() for c in ref)
+    ):
+        raise PerfError(
+            f"{source} {ref!r} is not a commit reference: give a branch, tag or hash "
+            "(e.g. HEAD, origin/main, 1a2b3c4d), without spaces and not starting with '-'"
+        )
+    return ref
+
+
+def check_regex(pattern: str, *, source: str = "--bench") -> str:
+    """pattern, when it compiles as a Python regular expression (asv applies re.search)."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise PerfError(
+            f"{source} {pattern!r} is not a valid regular expression ({exc}); it is matched "
+            "with re.search against names like bench_harness.AssertClose.time_close"
+        ) from None
+    return pattern
 
 
 def _git(root: Path, *args: str, check: bool = True) -> str:
@@ -112,6 +193,7 @@ def _git(root: Path, *args: str, check: bool = True) -> str:
 
 def resolve_commit(root: Path, ref: str) -> str:
     """Full hash of ``ref``; a clear error when the commit is not in this clone."""
+    check_ref(ref)
     sha = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
     if not sha:
         raise PerfError(

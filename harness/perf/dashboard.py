@@ -21,6 +21,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness.perf._common import Echo, PerfError, Project, _asv_environ, _echo_stderr, _stream
 
@@ -199,7 +200,7 @@ def make_offline(html_dir: Path, packages: dict[str, Path]) -> list[str]:
     text = index.read_text()
     used = []
 
-    def rewrite(match: re.Match) -> str:
+    def rewrite(match: re.Match[str]) -> str:
         tag = match.group(0)
         ext = _EXTERNAL_ATTR.search(tag)
         if not ext:
@@ -259,7 +260,7 @@ def publish(root: Path | str, *, echo: Echo | None = _echo_stderr) -> Path:
 class _Handler(http.server.SimpleHTTPRequestHandler):
     on_request: Callable[[str], None] | None = None
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         if self.on_request is not None:
             self.on_request(self.path)
 

@@ -1,10 +1,10 @@
-"""The regression gate, the baseline a change is compared with, and the ``harness ci`` step.
+"""The regression gate: base against head, benchmark by benchmark, exit 0, 1 or 2.
 
-:func:`gate` reads the asv result files of two commits itself and applies asv's own
-statistical test (``asv.commands.compare._is_result_better``) with the factor, turning
-"nothing comparable" into exit code 2. :func:`merge_base` and :func:`find_baseline` pick the
-baseline; :func:`ci_step` runs the benchmarks (measuring the base too when asked) and gates
-HEAD against it, writing the step's reports.
+:func:`gate` reads the asv result files of two commits itself (``asv compare`` exits 0 whatever
+it finds) and, for timing benchmarks, compares their samples pass by pass (stats.py: the median
+of per-pass ratios and a stratified Mann-Whitney test; results.py pairs the passes), then
+applies the factor. "Nothing comparable" and "too few samples to see a regression" are exit 2,
+never a pass. baselines.py picks the base; step.py is the ``harness ci`` step around it.
 """
 
 from __future__ import annotations
@@ -12,21 +12,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from harness.perf import stats
 from harness.perf._common import (
-    Echo,
-    PerfError,
     Project,
-    _echo_stderr,
-    _git,
-    default_machine,
+    check_factor,
     env_name,
     resolve_commit,
+    resolve_machine,
 )
-from harness.perf.runs import RunOutcome, run_benchmarks, run_interleaved
+from harness.perf.results import Measurement, load_passes, load_results
+
+if TYPE_CHECKING:
+    from harness.perf.ab import ABResult
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # a benchmark significantly slower than the factor allows, or failing
@@ -39,10 +42,6 @@ EXIT_NOT_COMPARABLE = 2  # nothing could be compared: missing results, env or co
 # slowdown read 1.46-3.1 under the same load. Quiet dedicated runners (the GPU machine) can
 # pass --factor 1.2.
 DEFAULT_FACTOR = 1.3
-
-# How far back along the default branch's first-parent history a missing baseline is looked
-# for (a merge-base whose perf job was skipped or failed still leaves its parents).
-BASELINE_SEARCH_DEPTH = 20
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,6 +61,10 @@ class Row:
     n_base: int | None
     n_head: int | None
     ratio: float | None = None
+    passes: int | None = None  # strata compared: asv passes, or A/B pairs (method)
+    p: float | None = None  # one-sided p-value of the direction of the ratio (stats.py)
+    method: str = ""  # how the samples were compared: "passes", "pooled" or "A/B pairs"
+    kind: str | None = None  # asv's benchmark type: time, track, peakmem...
 
     @property
     def comparable(self) -> bool:
@@ -73,6 +76,10 @@ class Row:
             "faster, not significant",
         )
 
+
+# A timing benchmark whose samples can never reach significance (stats.min_p >= stats.ALPHA):
+# the gate cannot see a regression there, not even a 10x one, and says so by failing (exit 2).
+TOO_FEW_SAMPLES = "too few samples to see a regression"
 
 # Benchmarks named track_info_* are shown with their ratio but never decide the exit code: they
 # track a noisy derived number with no samples for the significance test (README.md there).
@@ -86,6 +93,7 @@ STATUS_MARK = {
     "unchanged": "",
     "slower, not significant": "~",
     "faster, not significant": "~",
+    TOO_FEW_SAMPLES: "⚠",
 }
 
 
@@ -98,12 +106,19 @@ class GateReport:
     factor: float
     rows: list[Row]
     problems: list[str]  # why something was not comparable (shown above the table)
+    context: list[str] = dataclasses.field(default_factory=list)  # problems not from the verdict
 
     @property
     def verdict(self) -> str:
         if self.exit_code == EXIT_REGRESSION:
             bad = [r for r in self.rows if r.status in ("regressed", "failed in head")]
             return f"REGRESSION: {len(bad)} benchmark(s) significantly slower or failing"
+        too_few = sum(r.status == TOO_FEW_SAMPLES for r in self.rows)
+        if self.exit_code == EXIT_NOT_COMPARABLE and too_few:
+            return (
+                f"TOO FEW SAMPLES: {too_few} benchmark(s) cannot show a regression with the "
+                "samples taken (see above)"
+            )
         if self.exit_code == EXIT_NOT_COMPARABLE:
             return "NOT COMPARABLE: nothing could be compared (see above)"
         n = sum(r.comparable for r in self.rows)
@@ -113,8 +128,8 @@ class GateReport:
         """The ratio table as GitHub markdown."""
         lines = [
             f"| | benchmark | base `{self.base[:10]}` | head `{self.head[:10]}` | ratio | "
-            f"samples | status |",
-            "|---|---|---|---|---|---|---|",
+            f"samples | compared | p | status |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         envs = {r.env_name for r in self.rows}
         for r in self.rows:
@@ -123,16 +138,21 @@ class GateReport:
             samples = f"{_n(r.n_base)}/{_n(r.n_head)}"
             base = "-" if r.status.startswith("new in head") else _human(r.base, r.unit)
             head = "-" if r.status == "missing in head" else _human(r.head, r.unit)
+            passes = f"{r.passes} {r.method}" if r.passes else r.method or "-"
+            p = "-" if r.p is None else f"{r.p:.2g}"
             lines.append(
                 f"| {STATUS_MARK.get(r.status, '?')} | `{name}` | {base} | {head} | {ratio} | "
-                f"{samples} | {r.status} |"
+                f"{samples} | {passes} | {p} | {r.status} |"
             )
         return "\n".join(lines)
 
     def markdown(self) -> str:
         head = (
             f"Gate: base `{self.base[:10]}` vs head `{self.head[:10]}` on machine "
-            f"`{self.machine}`, factor {self.factor:g} with asv's significance test."
+            f"`{self.machine}`, factor {self.factor:g}: a benchmark regresses when head/base "
+            "(the median of the ratios of base/head samples taken together: A/B pairs or asv "
+            "passes) exceeds it and a Mann-Whitney test within those groups gives "
+            f"p < {stats.ALPHA:g} (docs/perf.md)."
         )
         parts = [head]
         parts += [f"- {p}" for p in self.problems]
@@ -141,7 +161,7 @@ class GateReport:
         parts.append(f"**{self.verdict}** (exit {self.exit_code})")
         return "\n\n".join(parts)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "exit_code": self.exit_code,
             "base": self.base,
@@ -173,49 +193,22 @@ def _human(value: float | None, unit: str | None) -> str:
     if isinstance(value, float) and math.isnan(value):
         return "skipped"
     if unit in ("seconds", "bytes"):
-        return human_value(value, unit)
+        return str(human_value(value, unit))
     return f"{value:.4g}" + (f" {unit}" if unit and unit != "unit" else "")
 
 
-@dataclasses.dataclass
-class _Measurement:
-    value: float | None
-    stats: dict | None
-    samples: list[float] | None
-    version: str | None
-
-
-def _load_results(project: Project, machine: str, sha: str) -> dict[str, dict[str, _Measurement]]:
-    """{env name: {benchmark name with params: measurement}} for one commit on one machine."""
-    from asv.commands.compare import unroll_result
-    from asv.results import iter_results_for_machine_and_hash
-
-    by_env: dict[str, dict[str, _Measurement]] = {}
-    if not (project.results_dir / machine).is_dir():
-        return by_env
-    for result in iter_results_for_machine_and_hash(str(project.results_dir), machine, sha):
-        rows = by_env.setdefault(result.env_name, {})
-        for key in result.get_all_result_keys():
-            params = result.get_result_params(key)
-            version = result.benchmark_version.get(key)
-            for name, value, stats, samples in unroll_result(
-                key,
-                params,
-                result.get_result_value(key, params),
-                result.get_result_stats(key, params),
-                result.get_result_samples(key, params),
-            ):
-                rows[name] = _Measurement(value, stats, samples, version)
-    return by_env
-
-
-def _units(project: Project) -> dict[str, str]:
+def _benchmark_info(project: Project) -> dict[str, tuple[str, str]]:
+    """{benchmark name: (unit, type)} from asv's benchmarks.json (type: time, track, peakmem...)."""
     path = project.results_dir / "benchmarks.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return {k: v.get("unit", "") for k, v in data.items() if isinstance(v, dict)}
+    return {
+        k: (str(v.get("unit", "")), str(v.get("type", "")))
+        for k, v in data.items()
+        if isinstance(v, dict)
+    }
 
 
 def has_results(
@@ -223,9 +216,7 @@ def has_results(
 ) -> bool:
     """Whether results for commit exist on machine (and in env, when given)."""
     project = Project.load(root)
-    by_env = _load_results(
-        project, machine or default_machine(), resolve_commit(project.root, commit)
-    )
+    by_env = load_results(project, resolve_machine(machine), resolve_commit(project.root, commit))
     return bool(by_env.get(env)) if env else any(by_env.values())
 
 
@@ -236,17 +227,23 @@ def gate(
     *,
     factor: float = DEFAULT_FACTOR,
     machine: str | None = None,
+    base_results_dir: Path | None = None,
 ) -> GateReport:
     """Compare the results of two commits: exit 0 nothing regressed, 1 regression, 2 nothing
-    comparable. Never passes silently: every benchmark appears in the rows with its status."""
-    from asv.commands.compare import _is_result_better
+    comparable (or too few samples to see a regression). Never passes silently: every benchmark
+    appears in the rows with its status.
 
-    if not factor >= 1.0:
-        raise PerfError(f"--factor must be >= 1.0 (a ratio head/base), got {factor}")
+    Timing benchmarks are compared pass by pass when both commits were measured in the same
+    alternating run (stats.py; results.py keeps the pass records), pooled otherwise.
+    base_results_dir: read the base's results from there (a stored baseline) instead of the
+    project's results directory.
+    """
+    check_factor(factor)
+    machine = resolve_machine(machine)
     project = Project.load(root)
-    machine = machine or default_machine()
     base_sha = resolve_commit(project.root, base)
     head_sha = resolve_commit(project.root, head)
+    base_dir = base_results_dir or project.results_dir
 
     def report(code: int, rows: list[Row], problems: list[str]) -> GateReport:
         return GateReport(code, base_sha, head_sha, machine, factor, rows, problems)
@@ -261,8 +258,8 @@ def gate(
                 f"(machines with results: {', '.join(machines) or 'none'})"
             ],
         )
-    base_results = _load_results(project, machine, base_sha)
-    head_results = _load_results(project, machine, head_sha)
+    base_results = load_results(project, machine, base_sha, results_dir=base_dir)
+    head_results = load_results(project, machine, head_sha)
     problems = []
     for label, sha, found in (("base", base_sha, base_results), ("head", head_sha, head_results)):
         if not any(found.values()):
@@ -293,12 +290,19 @@ def gate(
                 "other side lacks: not compared"
             )
 
-    units = _units(project)
+    info = _benchmark_info(project)
     rows: list[Row] = []
     for env in common_envs:
         b_all, h_all = base_results[env], head_results[env]
+        # Pass records exist only where both sides were measured into this results directory.
+        b_passes = (
+            load_passes(project, machine, base_sha, env, b_all)
+            if base_dir == project.results_dir
+            else {}
+        )
+        h_passes = load_passes(project, machine, head_sha, env, h_all)
         for name in sorted(set(b_all) | set(h_all)):
-            unit = units.get(name.split("(", 1)[0])
+            unit, kind = info.get(name.split("(", 1)[0], (None, None))
             b, h = b_all.get(name), h_all.get(name)
             row = Row(
                 name,
@@ -309,6 +313,7 @@ def gate(
                 unit,
                 _count(b),
                 _count(h),
+                kind=kind,
             )
             if b is None:
                 row.status = "new in head, no baseline"
@@ -326,36 +331,152 @@ def gate(
                 row.status = "failed in base, not comparable"
             elif _isnan(b.value) or _isnan(h.value):
                 row.status = "skipped, not comparable"
+            elif kind == "time" or (b.samples and h.samples):
+                _compare_samples(row, b, h, b_passes.get(name), h_passes.get(name), factor)
             else:
-                row.ratio = h.value / b.value if b.value else math.inf
-                ss_b, ss_h = (b.stats, b.samples), (h.stats, h.samples)
-                if _is_result_better(b.value, h.value, ss_b, ss_h, factor):
-                    row.status = "regressed"
-                elif _is_result_better(h.value, b.value, ss_h, ss_b, factor):
-                    row.status = "improved"
-                elif row.ratio > factor:
-                    row.status = "slower, not significant"
-                elif row.ratio < 1 / factor:
-                    row.status = "faster, not significant"
-                else:
-                    row.status = "unchanged"
+                _compare_values(row, b.value, h.value, factor)
             rows.append(row)
 
+    code, why = _decide(rows)
+    gate_report = report(code, rows, problems + why)
+    gate_report.context = problems
+    return gate_report
+
+
+def _decide(rows: list[Row]) -> tuple[int, list[str]]:
+    """The exit code of a gate over rows, and the why of a non-zero code."""
+    problems: list[str] = []
+    too_few = [r for r in rows if r.status == TOO_FEW_SAMPLES]
+    if too_few:
+        problems.append(
+            f"{len(too_few)} timing benchmark(s) have too few samples for the significance "
+            f"test to ever reach p < {stats.ALPHA:g} (fewest: {_fewest(too_few)}): a 2x "
+            "regression there would pass unseen. Measure with more samples (more --passes, "
+            "or without --quick): at least 7 per side pooled, or 2 passes of 5."
+        )
     if any(r.status in ("regressed", "failed in head") for r in rows):
-        code = EXIT_REGRESSION
-    elif not any(r.comparable for r in rows):
-        code = EXIT_NOT_COMPARABLE
+        return EXIT_REGRESSION, problems
+    if too_few:
+        return EXIT_NOT_COMPARABLE, problems
+    if not any(r.comparable for r in rows):
         changed = sum(r.status.startswith("benchmark code changed") for r in rows)
         problems.append(
             f"nothing comparable: {len(rows)} benchmark(s), {changed} with changed code, the "
             "rest skipped, failed, new or missing on one side"
         )
+        return EXIT_NOT_COMPARABLE, problems
+    return EXIT_OK, problems
+
+
+def ab_candidates(report: GateReport) -> list[str]:
+    """The timing benchmarks an interleaved A/B measurement can decide: measured on both sides
+    with the same benchmark code, neither failed nor skipped (comparable, or too few samples)."""
+    return [
+        r.name
+        for r in report.rows
+        if r.kind == "time"
+        and r.status != "informational"
+        and (r.comparable or r.status == TOO_FEW_SAMPLES)
+    ]
+
+
+def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
+    """The report with each timing row that has A/B pairs judged on those pairs instead.
+
+    The pairs are grouped in blocks of AB_BLOCK consecutive pairs, each block a stratum
+    (stats.py): samples taken within a second or so of each other are interchangeable, while a
+    load change between blocks shifts both sides alike. A failed A/B keeps the row's verdict
+    from the asv runs and says why.
+    """
+    rows = [dataclasses.replace(r) for r in report.rows]
+    problems = list(report.context)
+    for row in rows:
+        result = ab.get(row.name)
+        if result is None:
+            continue
+        if result.error is not None or not result.base:
+            problems.append(
+                f"A/B of `{row.name}` failed ({result.error or 'no samples'}): judged on the "
+                "asv runs' samples"
+            )
+            continue
+        strata: list[stats.Stratum] = [
+            (result.base[i : i + AB_BLOCK], result.head[i : i + AB_BLOCK])
+            for i in range(0, len(result.base), AB_BLOCK)
+        ]
+        row.n_base, row.n_head = len(result.base), len(result.head)
+        row.base = statistics.median(result.base)
+        row.head = statistics.median(result.head)
+        _judge(row, strata, report.factor)
+        row.passes, row.method = len(result.base), "A/B pairs"
+    code, why = _decide(rows)
+    return dataclasses.replace(
+        report, exit_code=code, rows=rows, problems=problems + why, context=problems
+    )
+
+
+# Consecutive A/B pairs per stratum: 5 v 5 gives p >= 1/252 per block, so 20 pairs (4 blocks)
+# can reach p < 0.001 with a spike or two in every block.
+AB_BLOCK = 5
+
+
+def _compare_samples(
+    row: Row,
+    b: Measurement,
+    h: Measurement,
+    b_passes: dict[tuple[str, int], list[float]] | None,
+    h_passes: dict[tuple[str, int], list[float]] | None,
+    factor: float,
+) -> None:
+    """A timing benchmark: the pass-by-pass ratio and rank test (stats.py), then the factor."""
+    common = sorted(set(b_passes or {}) & set(h_passes or {}))
+    strata: list[stats.Stratum]
+    if common and b_passes is not None and h_passes is not None:
+        strata = [(b_passes[t], h_passes[t]) for t in common]
+        row.passes, row.method = len(strata), "passes"
     else:
-        code = EXIT_OK
-    return report(code, rows, problems)
+        strata = [(b.samples or [], h.samples or [])]
+        row.method = "pooled"
+    _judge(row, strata, factor)
 
 
-def _count(m: _Measurement | None) -> int | None:
+def _judge(row: Row, strata: Sequence[stats.Stratum], factor: float) -> None:
+    """Status, ratio and p of a timing row from its strata (stats.py), then the factor."""
+    sizes = [(len(stats._clean(x)), len(stats._clean(y))) for x, y in strata]
+    if stats.min_p(sizes) >= stats.ALPHA:
+        row.status = TOO_FEW_SAMPLES
+        row.ratio = stats.ratio(strata) if any(n and m for n, m in sizes) else None
+        return
+    row.ratio = stats.ratio(strata)
+    slower, faster = stats.p_slower(strata), stats.p_faster(strata)
+    row.p = slower if row.ratio >= 1 else faster
+    if row.ratio > factor:
+        row.status = "regressed" if slower < stats.ALPHA else "slower, not significant"
+    elif row.ratio < 1 / factor:
+        row.status = "improved" if faster < stats.ALPHA else "faster, not significant"
+    else:
+        row.status = "unchanged"
+
+
+def _compare_values(row: Row, base: float, head: float, factor: float) -> None:
+    """track_* and peakmem_* values have no samples: deterministic numbers, the factor alone."""
+    row.ratio = head / base if base else (1.0 if head == base else math.inf)
+    if row.ratio > factor:
+        row.status = "regressed"
+    elif row.ratio < 1 / factor:
+        row.status = "improved"
+    else:
+        row.status = "unchanged"
+
+
+def _fewest(rows: list[Row]) -> str:
+    r = min(rows, key=lambda r: (r.n_base or 0) + (r.n_head or 0))
+    return f"`{r.name}`, {_n(r.n_base)} v {_n(r.n_head)}" + (
+        f" in {r.passes} passes" if r.passes else ""
+    )
+
+
+def _count(m: Measurement | None) -> int | None:
     if m is None:
         return None
     if m.samples is not None:
@@ -367,252 +488,3 @@ def _count(m: _Measurement | None) -> int | None:
 
 def _isnan(value: float) -> bool:
     return isinstance(value, float) and math.isnan(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Baselines: which commit a change is compared with
-
-
-def default_branch_refs(root: Path) -> list[str]:
-    """Refs that may name the default branch, most specific first."""
-    refs = []
-    for var in ("HARNESS_PERF_BASE_REF", "GITHUB_BASE_REF"):
-        value = os.environ.get(var)
-        if value:
-            refs += [f"origin/{value}", value] if var == "GITHUB_BASE_REF" else [value]
-    origin_head = _git(root, "symbolic-ref", "--quiet", "refs/remotes/origin/HEAD", check=False)
-    if origin_head:
-        refs.append(origin_head.removeprefix("refs/remotes/"))
-    refs += ["origin/main", "main", "origin/master", "master"]
-    return list(dict.fromkeys(refs))
-
-
-def merge_base(root: Path | str, *, base_ref: str | None = None) -> tuple[str, str] | None:
-    """(sha, description) of the commit a change is compared with, or None.
-
-    The merge-base of HEAD with the default branch; on the default branch itself (the
-    merge-base is HEAD), HEAD's first parent.
-    """
-    root = Path(root)
-    head = resolve_commit(root, "HEAD")
-    for ref in [base_ref] if base_ref else default_branch_refs(root):
-        if not _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False):
-            continue
-        mb = _git(root, "merge-base", "HEAD", ref, check=False)
-        if not mb:
-            continue
-        if mb != head:
-            return mb, f"merge-base of HEAD and {ref}"
-        parent = _git(root, "rev-parse", "--verify", "--quiet", "HEAD^1^{commit}", check=False)
-        if parent:
-            return parent, f"HEAD's first parent (HEAD is on {ref})"
-        return None
-    return None
-
-
-def find_baseline(
-    root: Path | str, start: str, *, machine: str, env: str, depth: int = BASELINE_SEARCH_DEPTH
-) -> str | None:
-    """The nearest first-parent ancestor of start (itself included) with results in env."""
-    root = Path(root)
-    project = Project.load(root)
-    shas = _git(
-        root, "rev-list", "--first-parent", f"--max-count={depth}", start, check=False
-    ).split()
-    for sha in shas:
-        if _load_results(project, machine, sha).get(env):
-            return sha
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# The `harness ci` step
-
-
-@dataclasses.dataclass
-class PerfStepResult:
-    """What the perf step of ``harness ci`` found.
-
-    exit_code: 0 passed (or skipped without a baseline, unless a baseline is required), 1 a
-    significant regression or a failing benchmark, 2 nothing comparable (or no baseline when
-    ``require_baseline``). markdown: the summary for the report. skipped_reason: why the gate
-    did not compare anything, shown in the report; None when it did.
-    """
-
-    exit_code: int
-    markdown: str
-    skipped_reason: str | None
-
-
-def ci_step(
-    repo_root: Path,
-    report_dir: Path,
-    *,
-    quick: bool = True,
-    require_baseline: bool = False,
-    measure_base: str = "never",
-    passes: int = 2,
-    group: str = "cpu",
-    bench: str | None = None,
-    machine: str | None = None,
-    factor: float = DEFAULT_FACTOR,
-    base_ref: str | None = None,
-    echo: Echo | None = _echo_stderr,
-) -> PerfStepResult:
-    """Run the CPU benchmarks (or ``group``) for HEAD and gate them against the baseline.
-
-    docs/perf.md describes the policy.
-
-    The base is the merge-base of HEAD with the default branch (HEAD's first parent on the
-    default branch itself). measure_base says where its results come from:
-
-    - "never" (``harness ci`` locally, the GPU runner): stored results of the nearest
-      first-parent ancestor of the base that has results on this machine and environment.
-    - "always" (the CPU pull-request job): the base is measured in this run, interleaved with
-      HEAD; results stored by other machines of the same name are not trusted.
-    - "missing": stored results when there are some, else measure as "always".
-
-    When the base is measured here, base and HEAD alternate over ``passes`` runs each: more
-    passes spread a drifting machine's speed more evenly over both sides, at one asv start-up
-    per pass. ``bench`` narrows the group with a regex (as ``harness perf run --bench``).
-    Without a baseline the step says so (skipped_reason) and exits 0, or 2 under
-    ``require_baseline``. Writes perf.md, perf-gate.json and perf-run.log into report_dir.
-    """
-    if measure_base not in ("never", "missing", "always"):
-        raise ValueError(f"measure_base must be never, missing or always, got {measure_base!r}")
-    report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        return _ci_step(
-            Path(repo_root),
-            report_dir,
-            quick=quick,
-            require_baseline=require_baseline,
-            measure_base=measure_base,
-            passes=passes,
-            group=group,
-            bench=bench,
-            machine=machine or default_machine(),
-            factor=factor,
-            base_ref=base_ref,
-            echo=echo,
-        )
-    except PerfError as exc:  # no asv.conf.json, not a git checkout, unknown base ref...
-        reason = f"perf step could not run: {exc}"
-        markdown = f"### Performance\n\n**{reason}** (exit {EXIT_NOT_COMPARABLE})"
-        (report_dir / "perf.md").write_text(markdown + "\n")
-        return PerfStepResult(EXIT_NOT_COMPARABLE, markdown, reason)
-
-
-def _ci_step(
-    repo_root: Path,
-    report_dir: Path,
-    *,
-    quick: bool,
-    require_baseline: bool,
-    measure_base: str,
-    passes: int,
-    group: str,
-    bench: str | None,
-    machine: str,
-    factor: float,
-    base_ref: str | None,
-    echo: Echo | None,
-) -> PerfStepResult:
-    Project.load(repo_root)  # fails first, and clearly, where there is no asv project
-    env = env_name()
-    head = resolve_commit(Path(repo_root), "HEAD")
-    title = (
-        f"### Performance (asv, machine `{machine}`, "
-        f"{'quick' if quick else 'full'} run, {group.upper()} group)"
-    )
-    log: list[str] = []
-    run_kwargs = {"group": group, "bench": bench, "quick": quick, "machine": machine, "echo": echo}
-
-    def finish(code: int, body: list[str], skipped: str | None, gate_report=None):
-        markdown = "\n\n".join([title, *body])
-        (report_dir / "perf.md").write_text(markdown + "\n")
-        (report_dir / "perf-run.log").write_text("\n".join(log) + "\n")
-        if gate_report is not None:
-            (report_dir / "perf-gate.json").write_text(
-                json.dumps(gate_report.to_json(), indent=2) + "\n"
-            )
-        return PerfStepResult(code, markdown, skipped)
-
-    found = merge_base(repo_root, base_ref=base_ref)
-    baseline, base_note, base_problem = None, "", ""
-    outcomes: list[RunOutcome] = []
-    if found:
-        start, how = found
-        if measure_base != "always":
-            baseline = find_baseline(repo_root, start, machine=machine, env=env)
-        if baseline is None and measure_base != "never":
-            try:
-                outcomes = run_interleaved(repo_root, [start, "HEAD"], passes=passes, **run_kwargs)
-            except PerfError as exc:  # e.g. the base predates the benchmarks
-                base_problem = f" (measuring it failed: {exc})"
-            else:
-                if has_results(repo_root, start, machine=machine, env=env):
-                    baseline = start
-        if baseline is not None:
-            if baseline == start:
-                origin = "measured in this run" if outcomes else "stored results"
-                base_note = f"Baseline: `{baseline[:10]}` ({how}; {origin})."
-            else:
-                base_note = (
-                    f"Baseline: `{baseline[:10]}`, the nearest first-parent ancestor "
-                    f"with stored results of the {how} ({start[:10]})."
-                )
-    if not outcomes:
-        outcomes = [run_benchmarks(repo_root, commit="HEAD", **run_kwargs)]
-    for outcome in outcomes:
-        log += outcome.log
-    head_outcome = outcomes[-1]
-    run_note = f"Head: `{head[:10]}` ({head_outcome.source}), environment `{env}`."
-    failed_run = any(o.exit_code != 0 for o in outcomes)
-    run_failure = (
-        "**asv run reported failing benchmarks or an error** (exit 1): see "
-        f"{report_dir / 'perf-run.log'}."
-    )
-
-    if baseline is None:
-        if found is None:
-            reason = (
-                "no baseline: HEAD has no merge-base with the default branch "
-                f"(tried {', '.join(default_branch_refs(Path(repo_root)))})"
-            )
-        elif measure_base == "never":
-            reason = (
-                f"no baseline: no stored results for the {found[1]} ({found[0][:10]}) or "
-                f"its {BASELINE_SEARCH_DEPTH - 1} first-parent ancestors on machine "
-                f"`{machine}` in environment `{env}`"
-            )
-        else:
-            reason = (
-                f"no baseline: the {found[1]} ({found[0][:10]}) has no results in "
-                f"environment `{env}`{base_problem}"
-            )
-        code = (
-            EXIT_REGRESSION if failed_run else EXIT_NOT_COMPARABLE if require_baseline else EXIT_OK
-        )
-        consequence = (
-            "this fails the step (a baseline is required here)"
-            if require_baseline
-            else "HEAD's results are recorded and can serve as a baseline later"
-        )
-        body = [run_note, f"**Perf gate skipped: {reason}**; {consequence}."]
-        if failed_run:
-            body.append(run_failure)
-        return finish(code, body, reason)
-
-    report = gate(repo_root, baseline, head, factor=factor, machine=machine)
-    code = report.exit_code
-    if failed_run and code == EXIT_OK:
-        code = EXIT_REGRESSION
-    body = [base_note, run_note, report.markdown()]
-    if failed_run:
-        body.append(run_failure)
-    skipped = None
-    if report.exit_code == EXIT_NOT_COMPARABLE:
-        skipped = "nothing comparable: " + "; ".join(report.problems)
-    return finish(code, body, skipped, report)

@@ -15,8 +15,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from harness.perf._common import (
     Echo,
@@ -27,12 +29,14 @@ from harness.perf._common import (
     _git,
     _load_json,
     _stream,
-    default_machine,
+    check_regex,
     env_name,
     env_spec,
     python_path,
     resolve_commit,
+    resolve_machine,
 )
+from harness.perf.results import PassTag, load_results, record_pass
 
 # Benchmark groups, by class name (suites/benchmarks/README.md): a class whose name starts or
 # ends with Gpu/GPU (GpuAssertClose, AttentionGPU) is in the GPU group, every other one in the
@@ -41,16 +45,25 @@ from harness.perf._common import (
 _GPU_CLASS = r"[^(]*\.(?:(?:Gpu|GPU)\w*|\w*(?:Gpu|GPU))\."
 GROUPS = {"cpu": f"(?!{_GPU_CLASS})", "gpu": f"(?={_GPU_CLASS})", "all": ""}
 
-# --quick: one round per pass and at least 7 samples per benchmark over all passes. Fewer
-# than 7 per side can never reach p < 0.002 in asv's Mann-Whitney test (6 v 6 gives at best
-# p = 0.0022), so a quicker run could never show a significant change: asv's own --quick
-# (1 sample) is useless for gating.
+# --quick: one round per pass, at least 7 samples per benchmark over all passes and at least 5
+# in each pass. Fewer than 7 per side can never reach p < 0.002 in asv's Mann-Whitney test
+# (6 v 6 gives at best p = 0.0022), so asv's own --quick (1 sample) is useless for gating. The
+# gate compares base and head pass by pass (stats.py): 5 v 5 in a pass leaves room for a
+# sample or two that a load spike moved, where 2 v 2 did not (docs/perf.md, the noise table).
 QUICK_MIN_SAMPLES = 7
+QUICK_SAMPLES_PER_PASS = 5
+
+# More alternating passes than this is a typo, not a measurement (each is one asv run per commit).
+MAX_PASSES = 50
+
+# asv's message when --bench selected nothing (it exits 1, as for any other error).
+_NO_BENCHMARKS = "No benchmarks selected"
 
 
 def quick_attributes(passes: int = 1) -> list[str]:
     """asv -a overrides for --quick when the samples are collected over `passes` runs."""
-    return ["rounds=1", f"repeat={-(-QUICK_MIN_SAMPLES // passes)}", "warmup_time=0.05"]
+    repeat = max(QUICK_SAMPLES_PER_PASS, -(-QUICK_MIN_SAMPLES // passes))
+    return ["rounds=1", f"repeat={repeat}", "warmup_time=0.05"]
 
 
 def ensure_machine(project: Project, machine: str, *, echo: Echo | None = None) -> None:
@@ -70,10 +83,8 @@ def ensure_machine(project: Project, machine: str, *, echo: Echo | None = None) 
             "asv",
             "machine",
             "--yes",
-            "--machine",
-            machine,
-            "--config",
-            str(project.config_path),
+            f"--machine={machine}",
+            f"--config={project.config_path}",
         ],
         cwd=project.root,
         env=_asv_environ(project),
@@ -81,7 +92,7 @@ def ensure_machine(project: Project, machine: str, *, echo: Echo | None = None) 
         log=log,
     )
     if rc != 0:
-        raise PerfError(f"asv machine --yes --machine {machine} exited {rc}:\n" + "\n".join(log))
+        raise PerfError(f"asv machine --yes --machine={machine} exited {rc}:\n" + "\n".join(log))
     if echo:
         echo(f"harness perf: registered asv machine {machine!r} in {machine_file}")
 
@@ -106,6 +117,8 @@ def bench_regex(group: str = "all", bench: str | None = None) -> str | None:
     """The --bench regex for a group ANDed with a user regex (asv applies re.search)."""
     if group not in GROUPS:
         raise PerfError(f"unknown benchmark group {group!r}: expected one of {sorted(GROUPS)}")
+    if bench is not None:
+        check_regex(bench)
     lookaheads = GROUPS[group] + (f"(?=.*(?:{bench}))" if bench else "")
     return f"^{lookaheads}" if lookaheads else None
 
@@ -121,6 +134,7 @@ def run_benchmarks(
     python: str | None = None,
     append_samples: bool = False,
     passes: int = 1,
+    pass_tag: PassTag | None = None,
     echo: Echo | None = _echo_stderr,
 ) -> RunOutcome:
     """Run the benchmarks of ``commit`` in this interpreter and record them under its hash.
@@ -131,16 +145,22 @@ def run_benchmarks(
     a job measures a merge-base and its pull request on the same machine, minutes apart.
     ``python`` (default: this interpreter) must have ml-harness's dependencies and asv.
     ``append_samples`` adds to the commit's recorded samples instead of replacing them;
-    ``passes`` is how many such runs a --quick measurement is spread over (see run_interleaved).
+    ``passes`` is how many such runs a --quick measurement is spread over (see run_interleaved);
+    ``pass_tag`` labels the samples this run adds (results.record_pass), so that the gate can
+    pair them with the other commit's samples of the same pass.
     """
     python = python or python_path()
+    if not (os.path.isabs(python) and os.path.isfile(python)):
+        raise PerfError(f"python {python!r} is not an interpreter's absolute path")
+    machine = resolve_machine(machine)
+    regex = bench_regex(group, bench)
     project = Project.load(root)
-    machine = machine or default_machine()
     sha = resolve_commit(project.root, commit)
     head = resolve_commit(project.root, "HEAD")
     ensure_machine(project, machine, echo=echo)
-    regex = bench_regex(group, bench)
     log: list[str] = []
+    environment = env_name(python)
+    before = load_results(project, machine, sha).get(environment, {})
 
     with tempfile.TemporaryDirectory(prefix="harness-perf-") as tmp:
         extra_env: dict[str, str] = {}
@@ -161,24 +181,19 @@ def run_benchmarks(
             "-m",
             "asv",
             "run",
-            "--config",
-            str(config),
-            "-E",
-            env_spec(python),
-            "--machine",
-            machine,
-            "--set-commit-hash",
-            sha,
+            f"--config={config}",
+            f"--environment={env_spec(python)}",
+            f"--machine={machine}",
+            f"--set-commit-hash={sha}",
             "--record-samples",
             "--show-stderr",
         ]
         if append_samples:
             cmd.append("--append-samples")
         if regex:
-            cmd += ["--bench", regex]
+            cmd.append(f"--bench={regex}")
         if quick:
-            for attribute in quick_attributes(passes):
-                cmd += ["-a", attribute]
+            cmd += [f"--attribute={attribute}" for attribute in quick_attributes(passes)]
         if echo:
             label = sha[:10] if sha.startswith(commit) else f"{commit} ({sha[:10]})"
             echo(
@@ -189,12 +204,29 @@ def run_benchmarks(
         rc = _stream(
             cmd, cwd=project.root, env=_asv_environ(project, extra_env), echo=echo, log=log
         )
+    if rc != 0 and any(_NO_BENCHMARKS in line for line in log):
+        what = f"no benchmark matched {bench!r}" if bench else "no benchmark"
+        raise PerfError(
+            f"{what} in group {group!r} (asv's --bench={regex or ''}) among the benchmarks of "
+            f"{project.benchmark_dir.name}/ at {sha[:10]}: nothing was measured. Names look "
+            "like bench_harness.AssertClose.time_close; `asv check` lists them"
+        )
+    record_pass(
+        project,
+        machine,
+        sha,
+        environment,
+        before,
+        load_results(project, machine, sha).get(environment, {}),
+        pass_tag or (uuid.uuid4().hex, 0),
+        appended=append_samples,
+    )
     # asv run: 0 ok, 2 a benchmark failed, 1 usage or environment error.
     return RunOutcome(
         exit_code=0 if rc == 0 else 1,
         commit=sha,
         machine=machine,
-        env_name=env_name(python),
+        env_name=environment,
         source=source,
         log=log,
     )
@@ -236,8 +268,9 @@ def run_interleaved(
     commits: Sequence[str],
     *,
     passes: int = 2,
+    append: bool = False,
     echo: Echo | None = _echo_stderr,
-    **kwargs,
+    **kwargs: Any,
 ) -> list[RunOutcome]:
     """Measure several commits in alternation: base, head, base, head, ... appending samples.
 
@@ -245,15 +278,26 @@ def run_interleaved(
     that alternate spread the drift over both sides instead of handing it to one of them, as
     asv's own --interleave-rounds does for the environments it builds. kwargs go to
     run_benchmarks. Every run happens even when one reports failing benchmarks: their
-    results are recorded all the same and the gate reports them.
+    results are recorded all the same and the gate reports them. The first pass replaces the
+    commits' samples unless ``append`` (a re-measure adds to what is there). Each pass's samples
+    are tagged with this call's session and the pass's index (results.record_pass).
     """
-    if passes < 1:
-        raise PerfError(f"passes must be >= 1, got {passes}")
+    if not 1 <= passes <= MAX_PASSES:
+        raise PerfError(f"passes must be between 1 and {MAX_PASSES}, got {passes}")
+    session = uuid.uuid4().hex
     outcomes = []
     for n in range(passes):
         for commit in commits:
+            if echo and len(commits) > 1:
+                echo(f"harness perf: pass {n + 1} of {passes}, {commit}")
             outcome = run_benchmarks(
-                root, commit=commit, append_samples=n > 0, passes=passes, echo=echo, **kwargs
+                root,
+                commit=commit,
+                append_samples=append or n > 0,
+                passes=passes,
+                pass_tag=(session, n),
+                echo=echo,
+                **kwargs,
             )
             outcomes.append(outcome)
     return outcomes

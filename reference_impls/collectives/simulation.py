@@ -9,6 +9,13 @@ Layout: the N workers' arrays are gathered once into a chunk-major buffer ``buf`
 (N workers, N chunks, C) with C the largest chunk size; a step is then one gather and one
 scatter over all workers. Slots past a chunk's real size hold zeros that only ever combine
 with other padding and are dropped when the results are read out: they never reach a result.
+
+Integer sums are exact or refused, never wrapped silently. NumPy's integer additions wrap
+modulo 2**bits, as the real ring's (and NCCL's) do, so a partial sum may wrap on its way round
+the ring and the result is still the true sum whenever the true sum fits the dtype (modular
+addition does not depend on the order). When it does not fit, the ring would hand every
+worker a wrapped number: :func:`simulate_ring_allreduce` raises ``ValueError`` naming the
+element, its true sum and the dtype's range instead. max and min cannot overflow.
 """
 
 from __future__ import annotations
@@ -64,7 +71,8 @@ def simulate_ring_allreduce(
         schedule: the chunk rules; only the suites pass anything but the correct one.
 
     Raises:
-        ValueError: no arrays, mismatched shapes or dtypes, an unsupported dtype or op.
+        ValueError: no arrays, mismatched shapes or dtypes, an unsupported dtype or op, or an
+            integer ``"sum"`` whose true value does not fit the dtype somewhere (it would wrap).
     """
     if len(arrays) == 0:
         raise ValueError("simulate_ring_allreduce needs at least one worker's array, got none")
@@ -85,6 +93,9 @@ def simulate_ring_allreduce(
             f"op='mean' needs a floating-point dtype, got {dtype}: the mean of integers is not "
             "an integer; reduce with op='sum' and divide, or cast to a float dtype first"
         )
+
+    if op == "sum" and np.issubdtype(dtype, np.integer):
+        _check_integer_sum_fits(inputs, dtype)
 
     n = len(inputs)
     length = int(np.prod(shape, dtype=np.int64))
@@ -128,6 +139,45 @@ def simulate_ring_allreduce(
         out[split:] = buf[w, rem:, :q].reshape(-1)
         results.append(out.reshape(shape))
     return results
+
+
+def _check_integer_sum_fits(inputs: list[np.ndarray], dtype: np.dtype) -> None:
+    """Raise ValueError unless every element's true sum over the workers fits ``dtype``."""
+    info = np.iinfo(dtype)
+    if inputs[0].size == 0:
+        return
+    # Cheap bound first (Python ints cannot overflow): the sums of the workers' extremes.
+    low = sum(int(a.min()) for a in inputs)
+    high = sum(int(a.max()) for a in inputs)
+    if info.min <= low and high <= info.max:
+        return
+    # Exact per-element sums: int64 holds any sum of up to 2**31 values of 32 bits or fewer;
+    # 64-bit values are summed as Python ints (slow, and only reached near the range's edge).
+    wide = np.dtype(np.int64) if dtype.itemsize < 8 else np.dtype(object)
+    total = np.zeros(inputs[0].shape, dtype=wide)
+    for a in inputs:
+        total += a.astype(wide)
+    bad = (total < info.min) | (total > info.max)
+    count = int(np.count_nonzero(bad))
+    if count == 0:
+        return
+    first = int(np.flatnonzero(bad.reshape(-1))[0])
+    where = np.unravel_index(first, inputs[0].shape)
+    raise ValueError(
+        f"op='sum' over {len(inputs)} workers overflows {dtype}: element {tuple(map(int, where))} "
+        f"sums to {total[where]}, outside [{info.min}, {info.max}] ({count} of {total.size} "
+        f"elements overflow). The ring would give every worker a value wrapped modulo "
+        f"2**{info.bits}: {_wider(int(total.min()), int(total.max()))}"
+    )
+
+
+def _wider(low: int, high: int) -> str:
+    """What to use instead, for the message: the smallest signed integer type holding
+    [low, high], else floating point."""
+    for bits in (16, 32, 64):
+        if -(2 ** (bits - 1)) <= low and high < 2 ** (bits - 1):
+            return f"use a wider dtype (int{bits} holds these sums) or a floating-point one"
+    return "no 64-bit integer dtype holds these sums: use a floating-point dtype"
 
 
 def _divide_owned_chunks(buf: np.ndarray, schedule: RingSchedule, n: int) -> None:

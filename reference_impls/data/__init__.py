@@ -33,6 +33,7 @@ from .errors import (
     ShardFormatError,
     ShardNotFoundError,
     ShardReadError,
+    StorageUnavailableError,
 )
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo, build_manifest
 from .metrics import Metrics, ProgressDisplay
@@ -62,6 +63,7 @@ __all__ = [
     "ShardWriter",
     "ShardedDataset",
     "ShuffleSchedule",
+    "StorageUnavailableError",
     "WriterConfig",
     "build_manifest",
     "epoch_shard_order",

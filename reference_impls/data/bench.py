@@ -191,7 +191,7 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         import webdataset.gopen  # noqa: F401 - the module (the package re-exports a function)
 
         def open_s3(url: str, mode: str = "rb", bufsize: int = 8192, **_: Any) -> Any:
-            bucket, _, key = url[len("s3://") :].partition("/")
+            bucket, _sep, key = url[len("s3://") :].partition("/")
             return client.get_object(Bucket=bucket, Key=key)["Body"]
 
         sys.modules["webdataset.gopen"].gopen_schemes["s3"] = open_s3
@@ -303,7 +303,7 @@ def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for _ in range(args.repeats):
             ds = dataset()  # built outside the timing, as a training job builds it once
             t0 = time.perf_counter()
-            it = iter(ds)
+            it: Any = iter(ds)  # a generator: closed below
             next(it)
             ttfs["stream"].append(time.perf_counter() - t0)
             it.close()

@@ -25,7 +25,9 @@ are what :meth:`ShardedDataset.record` reads.
 its stream were recorded as consumed. After ``load_state_dict()`` the next iteration of that
 epoch yields exactly the samples not yet consumed, in the order the uninterrupted run would
 have used (the shuffle buffer is replayed on positions, without reading data; reading resumes
-at the first shard holding an unconsumed sample). Resuming needs the same seed, world size,
+at the first shard holding an unconsumed sample). A worker whose whole share was consumed
+yields nothing while another worker still has samples left; only an epoch consumed by every
+worker starts over when iterated again. Resuming needs the same seed, world size,
 rank, shuffle settings and number of DataLoader workers; anything else is an error saying
 which. Use ``persistent_workers=False`` (the default) so each epoch's workers see
 ``set_epoch`` and the loaded state.
@@ -36,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import torch
@@ -47,8 +49,8 @@ from .cache import ShardCache
 from .errors import ManifestMismatchError
 from .manifest import Manifest
 from .metrics import Metrics, ProgressDisplay
-from .sources import LocalSource, S3Config, open_source
-from .stream import RetryConfig, ShardFetch
+from .sources import LocalSource, S3Config, open_source, require_finite_fields
+from .stream import RetryConfig, ShardFetch, call_with_retries
 from .tario import iter_samples
 
 __all__ = ["DatasetConfig", "ShardedDataset"]
@@ -101,6 +103,7 @@ class DatasetConfig:
     progress_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
+        require_finite_fields(self)
         if self.shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.uneven not in UNEVEN_POLICIES:
@@ -152,8 +155,18 @@ class ShardedDataset(IterableDataset):
         super().__init__()
         self.config = config or DatasetConfig()
         self.source = open_source(source, self.config.s3)
-        self.manifest = manifest if manifest is not None else self.source.read_manifest()
+        if manifest is None:
+            manifest = call_with_retries(
+                self.source.read_manifest,
+                source=self.source,
+                retry=self.config.retry,
+                what=f"reading the manifest of {self.source.url}",
+            )
+        self.manifest = manifest
+        self.rank: int
+        self.world_size: int
         if self.config.world_size is not None:
+            assert self.config.rank is not None  # DatasetConfig gives both or neither
             self.rank, self.world_size = self.config.rank, self.config.world_size
         elif torch.distributed.is_available() and torch.distributed.is_initialized():
             self.rank, self.world_size = (
@@ -298,9 +311,21 @@ class ShardedDataset(IterableDataset):
             consumed = self._consumed.get(worker, 0)
         segments = self.plan(worker, workers)
         length = sum(len(s) for s in segments)
-        if consumed >= length:
-            consumed = 0  # a fully consumed epoch iterated again starts over (same order)
-        return self._iterate(segments, length, consumed, worker, workers)
+        # Whether the epoch is over is a question about every worker's share, not this one's:
+        # a worker that delivered its whole share before the state was saved must yield
+        # nothing on resume while the others finish theirs (replaying its share would
+        # duplicate it). Only an epoch every worker finished starts over (same order).
+        if consumed and self._epoch_consumed(workers):
+            consumed = 0
+        return self._iterate(segments, length, min(consumed, length), worker, workers)
+
+    def _epoch_consumed(self, workers: int) -> bool:
+        """Whether every one of ``workers`` workers has consumed its whole share."""
+        for w in range(workers):
+            share = sum(len(s) for s in self.plan(w, workers))
+            if self._consumed.get(w, 0) < share:
+                return False
+        return True
 
     def _iterate(
         self, segments: list[Segment], length: int, consumed: int, worker: int, workers: int
@@ -387,7 +412,7 @@ class ShardedDataset(IterableDataset):
 
     def _read(
         self, segments: list[Segment], first: int, worker: int, workers: int
-    ) -> Iterator[tuple[int, dict[str, Any]]]:
+    ) -> Generator[tuple[int, dict[str, Any]], None, None]:
         """(position, sample) for every position >= ``first`` of this worker's input stream,
         with up to ``prefetch_depth`` shards being fetched ahead of the one being parsed."""
         cfg = self.config
@@ -440,13 +465,13 @@ class ShardedDataset(IterableDataset):
                 name, pad = shard.name, seg.pad
                 try:
                     hit = fetch.indexed()  # waits for the shard's first bytes
-                    if hit is not None:
+                    if hit is not None and hit.index is not None:  # indexed() hands only those
                         # A verified cache hit with its sample index: each member is one pread
                         # at its offset (small ones come with the index), no header parsing:
                         # the samples iter_samples would build. pread releases the GIL, so the
                         # fetch threads keep checking the next shards meanwhile.
                         counts[0] = len(hit.index)
-                        samples = hit.index.samples(
+                        samples: Any = hit.index.samples(
                             hit.fd,
                             seg.start + skip,
                             seg.stop,

@@ -11,6 +11,7 @@ __all__ = [
     "ShardFormatError",
     "ShardNotFoundError",
     "ShardReadError",
+    "StorageUnavailableError",
 ]
 
 
@@ -24,6 +25,13 @@ class ShardNotFoundError(DataError):
 
 class ShardReadError(DataError):
     """Reading a shard failed and bounded retries with backoff did not get it back."""
+
+
+class StorageUnavailableError(DataError):
+    """The storage did not answer (endpoint unreachable, connections cut, timeouts, 5xx):
+    reading a manifest, after the configured retries, or writing (never retried). Reading a
+    shard's bytes raises :class:`ShardReadError` instead. The message names the endpoint and
+    the last error."""
 
 
 class ShardFormatError(DataError):

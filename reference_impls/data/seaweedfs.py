@@ -33,7 +33,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = ["SeaweedError", "SeaweedServer", "find_weed"]
 
@@ -113,7 +113,7 @@ class SeaweedServer:
         self.weed = weed
         self.ports = ports
         self.process: subprocess.Popen[bytes] | None = None
-        self._log = None
+        self._log: BinaryIO | None = None
 
     # ----------------------------------------------------------------------- lifecycle
     @classmethod

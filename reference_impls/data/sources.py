@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.client
+import math
 import mmap
 import os
 import tempfile
@@ -29,6 +30,7 @@ from .errors import (
     ManifestMismatchError,
     ShardNotFoundError,
     ShardReadError,
+    StorageUnavailableError,
 )
 from .manifest import MANIFEST_NAME, Manifest
 
@@ -189,6 +191,20 @@ class LocalSource:
         self.__init__(state["root"])  # type: ignore[misc]
 
 
+def require_finite_fields(config: Any) -> None:
+    """Raise ValueError for a float field of the dataclass ``config`` that is NaN or infinite.
+
+    Range checks cannot do it: NaN fails every comparison (``nan <= 0`` is False, so a NaN
+    timeout passed "> 0"), and an infinite backoff or timeout waits for ever.
+    """
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"{type(config).__name__}.{field.name} must be a finite number, got {value}"
+            )
+
+
 # --------------------------------------------------------------------------- S3
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class S3Config:
@@ -211,6 +227,7 @@ class S3Config:
     """Writer: upload parts of this size (S3 needs >= 5 MiB for every part but the last)."""
 
     def __post_init__(self) -> None:
+        require_finite_fields(self)
         if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise ValueError(
                 "connect_timeout_s and read_timeout_s must be > 0, got "
@@ -220,13 +237,13 @@ class S3Config:
             raise ValueError(f"max_pool_connections must be >= 1, got {self.max_pool_connections}")
         if self.addressing_style not in ("path", "virtual", "auto"):
             raise ValueError(
-                "addressing_style must be 'path', 'virtual' or 'auto', "
-                f"got {self.addressing_style!r}"
+                "addressing_style must be 'path', 'virtual' or 'auto', got "
+                f"{self.addressing_style!r}"
             )
         if self.multipart_part_size < 5 << 20:
             raise ValueError(
-                "multipart_part_size must be >= 5 MiB (S3's minimum part), "
-                f"got {self.multipart_part_size}"
+                "multipart_part_size must be >= 5 MiB (S3's minimum part), got "
+                f"{self.multipart_part_size}"
             )
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ValueError("give access_key_id and secret_access_key together, or neither")
@@ -340,7 +357,11 @@ class _S3Sink:
     def write(self, data: bytes | memoryview) -> None:
         self._buf += data
         while len(self._buf) >= self._part_size:
-            self._upload_part(bytes(self._buf[: self._part_size]))
+            try:
+                self._upload_part(bytes(self._buf[: self._part_size]))
+            except Exception as exc:
+                self.abort()
+                raise self._source.translate(exc, self._key, writing=True) from exc
             del self._buf[: self._part_size]
 
     def _upload_part(self, data: bytes) -> None:
@@ -414,6 +435,11 @@ class S3Source:
     def __repr__(self) -> str:
         return f"S3Source({self.url!r}, endpoint={self.config.endpoint_url!r})"
 
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, for messages: the configured URL, or AWS's own endpoint."""
+        return self.config.endpoint_url or f"AWS S3 (region {self.config.region})"
+
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "config": self.config, "client_factory": self._client_factory}
 
@@ -469,18 +495,25 @@ class S3Source:
         )
 
     def translate(self, exc: BaseException, key: str, *, writing: bool = False) -> BaseException:
-        """A storage error as one naming the object; transient errors are returned unchanged."""
+        """A storage error as one naming the object. Transient errors of reads are returned
+        unchanged (the caller retries them); those of writes, which nothing retries, become
+        :class:`StorageUnavailableError` naming the endpoint."""
         import botocore.exceptions as bce
 
+        if writing and is_transient(exc):
+            return StorageUnavailableError(
+                f"writing s3://{self.bucket}/{key}: the storage at {self.endpoint} failed "
+                f"({type(exc).__name__}: {exc}); writes are not retried: check that the "
+                "server is up and that S3Config.endpoint_url is right, then write again"
+            )
         if not isinstance(exc, bce.ClientError):
             return exc
         code, status = _client_error_code(exc)
         where = f"s3://{self.bucket}/{key}"
         if code == "NoSuchBucket":
             return ShardNotFoundError(
-                f"{where}: bucket {self.bucket!r} does not exist at "
-                f"{self.config.endpoint_url or 'AWS'}"
-                "; check the URL (s3://bucket/prefix) and the endpoint"
+                f"{where}: bucket {self.bucket!r} does not exist at {self.endpoint}; check the "
+                "URL (s3://bucket/prefix) and the endpoint"
             )
         if code in ("NoSuchKey", "404", "NotFound") or status == 404:
             return ShardNotFoundError(

@@ -12,7 +12,7 @@ is still downloading). The thread:
    reset, timeout, a 5xx while the server restarts) it backs off and resumes from the last
    byte it received, giving up with :class:`ShardReadError` after ``max_attempts`` consecutive
    attempts that brought no new byte (botocore never retries a failure in the middle of a
-   body, docs/platform.md: this is the only place that does);
+   body, docs/platform.md: this is the only place that resumes one);
 3. hashes what it receives, and when a cache is configured writes it to a part file that is
    renamed into the cache only if the whole object matched the manifest's sha256.
 
@@ -30,16 +30,18 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from .cache import CachedShard, CacheWriter, ShardCache
-from .errors import DataError, ManifestMismatchError, ShardReadError
+from .errors import DataError, ManifestMismatchError, ShardReadError, StorageUnavailableError
 from .manifest import ShardInfo
 from .metrics import Metrics
-from .sources import LocalSource, Source, is_transient
+from .sources import LocalSource, Source, is_transient, require_finite_fields
 
-__all__ = ["RetryConfig", "ShardFetch"]
+__all__ = ["RetryConfig", "ShardFetch", "call_with_retries"]
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,6 +59,7 @@ class RetryConfig:
     failed together do not retry in lock step."""
 
     def __post_init__(self) -> None:
+        require_finite_fields(self)
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
@@ -70,6 +73,40 @@ class RetryConfig:
     def delay(self, failures: int, rng: random.Random) -> float:
         base = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (failures - 1))
         return base * (1 - self.jitter * rng.random())
+
+
+def _endpoint(source: Source) -> str:
+    endpoint = getattr(source, "endpoint", None)
+    return f"endpoint {endpoint}" if endpoint else source.url
+
+
+def call_with_retries(call: Callable[[], T], *, source: Source, retry: RetryConfig, what: str) -> T:
+    """``call()``, retried with backoff while it fails transiently (:func:`.is_transient`).
+
+    For requests that are not a shard's bytes (the manifest): after ``retry.max_attempts``
+    failed attempts, :class:`StorageUnavailableError` names what was asked, the endpoint and
+    the last error instead of letting a raw botocore error escape. Errors that retrying cannot
+    cure (404, 403: :class:`.DataError`) and every error of a local source pass through.
+    """
+    if isinstance(source, LocalSource):
+        return call()
+    rng = random.Random(what)
+    started = time.monotonic()
+    for attempt in range(1, retry.max_attempts + 1):
+        try:
+            return call()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            if attempt == retry.max_attempts:
+                raise StorageUnavailableError(
+                    f"{what}: no answer from {_endpoint(source)} after {attempt} attempt(s) over "
+                    f"{time.monotonic() - started:.1f} s (last error: {type(exc).__name__}: "
+                    f"{exc}); check that the server is up and that S3Config.endpoint_url is "
+                    f"right, or raise RetryConfig.max_attempts (now {retry.max_attempts})"
+                ) from exc
+            time.sleep(retry.delay(attempt, rng))
+    raise AssertionError("unreachable: max_attempts >= 1")
 
 
 class _Mapped:
@@ -319,7 +356,8 @@ class ShardFetch:
                     failures += 1
                     if failures >= retry.max_attempts:
                         raise ShardReadError(
-                            f"shard {self.source.location(shard.name)}: gave up after "
+                            f"shard {self.source.location(shard.name)} "
+                            f"({_endpoint(self.source)}): gave up after "
                             f"{failures} consecutive attempts without progress at byte "
                             f"{offset} of {size} (last error: {type(exc).__name__}: {exc}); "
                             "check that the server is up, or raise RetryConfig.max_attempts "
@@ -330,8 +368,7 @@ class ShardFetch:
                         return
                 finally:
                     if reader is not None:
-                        # Closing a broken connection may fail; the read's error matters.
-                        with contextlib.suppress(Exception):
+                        with contextlib.suppress(Exception):  # closing a broken connection
                             reader.close()
             if digest is not None and digest.hexdigest() != shard.sha256:
                 raise ManifestMismatchError(

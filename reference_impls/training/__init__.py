@@ -1,5 +1,6 @@
 """Training loop with latest and best checkpoints, early stopping that survives resume, and
-exact resume after a crash.
+exact resume after a crash; a run that diverges, is interrupted or cannot write its run
+directory stops with a clear error (docs/training.md).
 
 - :mod:`~reference_impls.training.loop`: :class:`Trainer` (epochs, mini-batches, validation,
   early stopping, checkpoints, resume, torch.distributed, progress bars, JSONL metrics).
@@ -13,6 +14,9 @@ Command line (also under ``torchrun --standalone --nproc-per-node N -m ...``)::
 
     python -m reference_impls.training --config run.toml --run-dir runs/x [--set max_epochs=3]
 
+Exit status: 0 done, 1 a checkpoint problem, 2 a bad config, argument or run directory,
+3 diverged (a NaN or infinite loss), 130 interrupted (it prints the resume command).
+
 Nothing here imports pytest or ``harness``.
 """
 
@@ -21,13 +25,21 @@ from reference_impls.training.checkpoint import (
     CheckpointError,
     CheckpointMismatchError,
     CheckpointStore,
+    RunDirError,
     load_checkpoint,
     save_checkpoint,
 )
 from reference_impls.training.config import ConfigError, TrainConfig, load_config
 from reference_impls.training.data import BatchOrder, make_datasets
 from reference_impls.training.early_stopping import EarlyStopping
-from reference_impls.training.loop import Callback, Trainer, TrainResult
+from reference_impls.training.loop import (
+    Callback,
+    StopReason,
+    Trainer,
+    TrainingDivergedError,
+    TrainingInterrupted,
+    TrainResult,
+)
 from reference_impls.training.model import build_model
 
 __all__ = [
@@ -39,9 +51,13 @@ __all__ = [
     "CheckpointStore",
     "ConfigError",
     "EarlyStopping",
+    "RunDirError",
+    "StopReason",
     "TrainConfig",
     "TrainResult",
     "Trainer",
+    "TrainingDivergedError",
+    "TrainingInterrupted",
     "build_model",
     "load_checkpoint",
     "load_config",

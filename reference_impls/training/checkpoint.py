@@ -82,7 +82,9 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointStore",
     "ResumePoint",
+    "RunDirError",
     "check_model_config",
+    "check_run_dir",
     "config_differences",
     "load_checkpoint",
     "save_checkpoint",
@@ -140,6 +142,10 @@ class CheckpointCorruptError(CheckpointError):
 
 class CheckpointMismatchError(CheckpointError):
     """The checkpoint was written for a different model config than the one given."""
+
+
+class RunDirError(CheckpointError):
+    """The run directory cannot hold the run's files: a file, not creatable, not writable."""
 
 
 # --------------------------------------------------------------------------- writing
@@ -282,7 +288,7 @@ def _write_temp(state: Mapping[str, Any], path: Path, *, reuse: Path | None) -> 
     writer = _DurableWriter(fd)
     try:
         with _crc32_on():
-            torch.save(state, writer)
+            torch.save(state, writer)  # type: ignore[arg-type]  # file-like: write()
         writer.flush()
         if reuse is not None:
             os.ftruncate(fd, writer.size)  # the old file may have been longer
@@ -350,9 +356,8 @@ def save_checkpoint(
     try:
         for other in also:
             _publish_copy(tmp, Path(other))
-        for newer, older in reversed(
-            list(zip(chain, chain[1:], strict=False))
-        ):  # prev -> prev2, latest -> prev
+        # prev -> prev2, latest -> prev (chain[1:] is one shorter: the oldest moves nowhere)
+        for newer, older in reversed(list(zip(chain, chain[1:], strict=False))):
             if newer.exists():
                 os.replace(newer, older)
         os.replace(tmp, path)
@@ -495,6 +500,55 @@ _ABSENT = _Absent()
 
 
 # --------------------------------------------------------------------------- the run directory
+
+
+def check_run_dir(directory: str | os.PathLike) -> None:
+    """Create ``directory`` if needed and prove that files can be created in it.
+
+    Raises :class:`RunDirError` saying what is in the way. A real file is created and removed
+    rather than asking ``os.access``: root passes every permission check that a read-only
+    mount, an immutable directory or a full disk still refuses.
+    """
+    if not os.fspath(directory).strip():
+        # Path("") is ".": the run's files would land in whatever the working directory is.
+        raise RunDirError(
+            'run directory is an empty string: give a path ("." for the working directory)',
+            path=None,
+        )
+    path = Path(directory)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        if existing == path:
+            raise RunDirError(
+                f"run directory {path} is a file, not a directory: give a directory (a missing "
+                "one is created)",
+                path=path,
+            )
+        raise RunDirError(
+            f"cannot create run directory {path}: {existing} is a file, not a directory",
+            path=path,
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(
+            f"cannot create run directory {path}: {exc.strerror or exc} (in {existing}); "
+            "choose a directory this user may write",
+            path=path,
+        ) from None
+    probe = path / f".write-check-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise RunDirError(
+            f"run directory {path} is not writable ({exc.strerror or exc}); checkpoints, "
+            "metrics.jsonl and result.json go there: choose a directory this user may write",
+            path=path,
+        ) from None
+    os.close(fd)
+    probe.unlink()
 
 
 @dataclasses.dataclass

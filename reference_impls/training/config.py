@@ -19,7 +19,7 @@ A config file names every section it changes; what it leaves out keeps the defau
     lr = 0.01
 
     [early_stopping]
-    patience = 5
+    patience = 5                 # 0: never stop early (TOML has no null)
 
 Unknown keys are errors (a typo such as ``paitence = 3`` must not run with the default), and
 so are values of the wrong type; both name the key and the file. :meth:`TrainConfig.to_dict`
@@ -59,6 +59,34 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+# torch.finfo(torch.float32).max. The model's parameters are float32 and the optimizers scale
+# them by lr and weight_decay (param.add_(grad, alpha=weight_decay)): a factor that float32
+# cannot hold fails inside torch ("value cannot be converted to type float without overflow").
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _require_float32(value: float, key: str) -> None:
+    _require(
+        value <= _FLOAT32_MAX,
+        f"{key} must be <= {_FLOAT32_MAX:.7g} (the largest float32: it scales the float32 "
+        f"weights), got {value}",
+    )
+
+
+def _require_finite(section: object, prefix: str) -> None:
+    """Every float field of ``section`` is a finite number.
+
+    Checked before the range checks: ``inf`` passes ``>= 0`` and ``nan`` fails every
+    comparison, so a range message alone would either let it through (``weight_decay = inf``
+    trains to NaN weights) or blame the range instead of the value. TOML spells both (``inf``,
+    ``nan``) and Python callers can pass them.
+    """
+    for field in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}{field.name} must be a finite number, got {value}")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """A multilayer perceptron: ``in_features -> hidden... -> out_features``, ReLU between."""
@@ -74,6 +102,7 @@ class ModelConfig:
     RNG every step, which is what makes restoring the RNG state on resume matter."""
 
     def __post_init__(self) -> None:
+        _require_finite(self, "model.")
         _require(self.in_features >= 1, f"model.in_features must be >= 1, got {self.in_features}")
         _require(
             self.out_features >= 1, f"model.out_features must be >= 1, got {self.out_features}"
@@ -101,6 +130,7 @@ class DataConfig:
     start of the epoch's permutation, so every rank still runs the same number of steps."""
 
     def __post_init__(self) -> None:
+        _require_finite(self, "data.")
         _require(self.num_train >= 1, f"data.num_train must be >= 1, got {self.num_train}")
         _require(self.num_val >= 1, f"data.num_val must be >= 1, got {self.num_val}")
         _require(self.noise >= 0, f"data.noise must be >= 0, got {self.noise}")
@@ -131,11 +161,14 @@ class OptimizerConfig:
     """SGD only."""
 
     def __post_init__(self) -> None:
+        _require_finite(self, "optimizer.")
         _require(
             self.name in _OPTIMIZERS,
             f"optimizer.name must be one of {', '.join(_OPTIMIZERS)}, got {self.name!r}",
         )
-        _require(self.lr > 0 and math.isfinite(self.lr), f"optimizer.lr must be > 0, got {self.lr}")
+        _require(self.lr > 0, f"optimizer.lr must be > 0, got {self.lr}")
+        _require_float32(self.lr, "optimizer.lr")
+        _require_float32(self.weight_decay, "optimizer.weight_decay")
         _require(
             self.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {self.weight_decay}"
         )
@@ -156,6 +189,7 @@ class SchedulerConfig:
     min_lr: float = 0.0
 
     def __post_init__(self) -> None:
+        _require_finite(self, "scheduler.")
         _require(
             self.name in _SCHEDULERS,
             f"scheduler.name must be one of {', '.join(_SCHEDULERS)}, got {self.name!r}",
@@ -163,6 +197,7 @@ class SchedulerConfig:
         _require(self.step_size >= 1, f"scheduler.step_size must be >= 1, got {self.step_size}")
         _require(0 < self.gamma <= 1, f"scheduler.gamma must be in (0, 1], got {self.gamma}")
         _require(self.min_lr >= 0, f"scheduler.min_lr must be >= 0, got {self.min_lr}")
+        _require_float32(self.min_lr, "scheduler.min_lr")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -170,16 +205,23 @@ class EarlyStoppingConfig:
     """Stop when the validation loss has not improved for ``patience`` validation checks."""
 
     patience: int | None = 5
-    """Validation checks in a row without improvement after which the run stops; None: never
-    stop early. The count is against the best value of the whole run, not the previous check."""
+    """Validation checks in a row without improvement after which the run stops. 0 (or None,
+    from Python or a JSON ``null``): never stop early; it is stored as None. Left out: 5. The
+    count is against the best value of the whole run, not the previous check."""
     min_delta: float = 0.0
     """An improvement must lower the best validation loss by more than this."""
 
     def __post_init__(self) -> None:
+        _require_finite(self, "early_stopping.")
         _require(
-            self.patience is None or self.patience >= 1,
-            f"early_stopping.patience must be >= 1 (or absent to disable), got {self.patience}",
+            self.patience is None or self.patience >= 0,
+            f"early_stopping.patience must be >= 1, or 0 to never stop early (patience = 0 "
+            f"under [early_stopping]; left out it is 5), got {self.patience}",
         )
+        if self.patience == 0:
+            # One spelling of "disabled" downstream (EarlyStopping, checkpoints): TOML has no
+            # null, so 0 is how a config file says it.
+            object.__setattr__(self, "patience", None)
         _require(
             self.min_delta >= 0, f"early_stopping.min_delta must be >= 0, got {self.min_delta}"
         )
@@ -206,6 +248,12 @@ class TrainConfig:
     """cpu or cuda (each rank takes ``cuda:LOCAL_RANK``)."""
     num_threads: int | None = None
     """torch intra-op threads; None: torch's default. Bit-exact resume needs the same value."""
+    allow_non_finite_loss: bool = False
+    """False (the default): a train or validation loss that is NaN or infinite, or weights
+    that are, stop the run with :class:`~reference_impls.training.loop.TrainingDivergedError`
+    before anything is checkpointed, so ``latest.pt`` and ``best.pt`` keep the last finite
+    weights. True: keep training (to study a divergence); such losses then count as no
+    improvement for early stopping and checkpoints hold whatever the weights are."""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
@@ -213,6 +261,7 @@ class TrainConfig:
     early_stopping: EarlyStoppingConfig = dataclasses.field(default_factory=EarlyStoppingConfig)
 
     def __post_init__(self) -> None:
+        _require_finite(self, "")
         _require(0 <= self.seed < 2**63, f"seed must be in [0, 2**63), got {self.seed}")
         _require(self.max_epochs >= 1, f"max_epochs must be >= 1, got {self.max_epochs}")
         _require(
@@ -229,6 +278,11 @@ class TrainConfig:
         _require(
             self.num_threads is None or self.num_threads >= 1,
             f"num_threads must be >= 1 (or absent), got {self.num_threads}",
+        )
+        _require(
+            self.scheduler.name != "cosine" or self.scheduler.min_lr <= self.optimizer.lr,
+            f"scheduler.min_lr ({self.scheduler.min_lr}) must be <= optimizer.lr "
+            f"({self.optimizer.lr}): the cosine schedule goes from lr down to min_lr",
         )
 
     def planned_steps(self) -> int:
@@ -315,7 +369,7 @@ def _build(cls: type, data: object, prefix: str, source: str) -> Any:
     for name, value in data.items():
         key = prefix + name
         expected = hints[name]
-        if dataclasses.is_dataclass(expected):
+        if isinstance(expected, type) and dataclasses.is_dataclass(expected):
             kwargs[name] = _build(expected, value, key + ".", source)
         else:
             kwargs[name] = _coerce(value, expected, key)
@@ -342,7 +396,8 @@ def _coerce(value: object, expected: Any, key: str) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif expected is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        if isinstance(value, (int, float)) and ok:
+            value = float(value)
     else:
         ok = isinstance(value, expected)
     if not ok:

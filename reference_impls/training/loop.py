@@ -15,16 +15,36 @@ Under torch.distributed (``torchrun``) every rank runs the same steps on its sha
 global batch (data.py), gradients are averaged by DistributedDataParallel, the validation
 loss is summed over all ranks, rank 0's value is broadcast so that every rank takes the same
 early-stopping decision, and only rank 0 writes files.
+
+A run that cannot go on well stops loudly instead of finishing with garbage:
+
+- a run directory that is a file, or cannot be created or written, is refused before
+  anything is built (:class:`~reference_impls.training.checkpoint.RunDirError`);
+- a train loss (checked at every logged step, ``log_every_steps``), a validation loss or
+  weights (checked at every validation, before the checkpoint) that are NaN or infinite raise
+  :class:`TrainingDivergedError` naming the step, the epoch and which one, unless the config
+  sets ``allow_non_finite_loss``. Nothing is checkpointed after the weights went bad:
+  ``latest.pt`` and ``best.pt`` keep the last finite ones;
+- Ctrl-C (SIGINT) raises :class:`TrainingInterrupted` (a ``KeyboardInterrupt``) saying where
+  the run stopped and which checkpoint a resume continues from. A Ctrl-C during a checkpoint
+  write takes effect once the write is complete.
+
+Both write ``result.json`` with ``stop_reason`` "diverged" or "interrupted", so that a
+previous run's summary never stands for this one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import enum
 import json
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +56,12 @@ from reference_impls.training.checkpoint import (
     FORMAT,
     CheckpointError,
     CheckpointStore,
+    RunDirError,
+    check_run_dir,
     config_differences,
     load_checkpoint,
 )
-from reference_impls.training.config import TrainConfig
+from reference_impls.training.config import ConfigError, TrainConfig
 from reference_impls.training.data import BatchOrder, derive_seed, make_datasets
 from reference_impls.training.distributed import DistContext
 from reference_impls.training.early_stopping import EarlyStopping
@@ -48,7 +70,16 @@ from reference_impls.training.model import build_model, build_optimizer, build_s
 from reference_impls.training.progress import ProgressBars
 from reference_impls.training.rng import capture_rng_state, restore_rng_state, seed_all
 
-__all__ = ["Callback", "TrainResult", "Trainer", "ValidateFn"]
+__all__ = [
+    "Callback",
+    "CheckpointInfo",
+    "StopReason",
+    "TrainResult",
+    "Trainer",
+    "TrainingDivergedError",
+    "TrainingInterrupted",
+    "ValidateFn",
+]
 
 log = logging.getLogger("reference_impls.training")
 
@@ -57,6 +88,96 @@ ValidateFn = Callable[..., float]
 in eval mode; rank 0's value is the one every rank uses)."""
 
 _VAL_CHUNK = 4096  # validation examples per forward pass
+
+
+class StopReason(enum.StrEnum):
+    """Why a run ended: ``TrainResult.stop_reason`` and ``result.json`` (a checkpoint stores
+    the plain string).
+
+    EARLY_STOPPING, MAX_EPOCHS and MAX_STEPS end a run that completed. DIVERGED and
+    INTERRUPTED are what ``result.json`` says after :meth:`Trainer.run` raised
+    :class:`TrainingDivergedError` or :class:`TrainingInterrupted`; a later resume continues
+    from ``latest.pt`` and replaces ``result.json`` with its own ending.
+    """
+
+    EARLY_STOPPING = "early_stopping"
+    MAX_EPOCHS = "max_epochs"
+    MAX_STEPS = "max_steps"
+    DIVERGED = "diverged"
+    INTERRUPTED = "interrupted"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """The newest checkpoint of the run directory this run knows of (wrote or resumed from)."""
+
+    path: str
+    step: int
+    epoch: int
+
+    def describe(self) -> str:
+        return f"{self.path} (step {self.step}, epoch {self.epoch})"
+
+
+class TrainingDivergedError(Exception):
+    """A loss or the weights became NaN or infinite (see ``allow_non_finite_loss``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        what: str,
+        value: float,
+        step: int,
+        epoch: int,
+        last_checkpoint: CheckpointInfo | None,
+    ) -> None:
+        super().__init__(message)
+        self.what = what
+        """``train loss``, ``validation loss`` or ``weights``."""
+        self.value = value
+        self.step = step
+        self.epoch = epoch
+        self.last_checkpoint = last_checkpoint
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped :meth:`Trainer.run`: where, and what a resume starts from.
+
+    A ``KeyboardInterrupt``, so code that lets Ctrl-C through still does; the command line
+    catches it to print the resume command and exit with 130 (128 + SIGINT).
+    """
+
+    def __init__(
+        self,
+        *,
+        step: int,
+        epoch: int,
+        last_checkpoint: CheckpointInfo | None,
+        started: bool,
+    ) -> None:
+        if not started:
+            text = "interrupted during set-up, before training started; nothing was written"
+        elif last_checkpoint is None:
+            text = (
+                f"interrupted after step {step} (epoch {epoch}); no checkpoint was written yet: "
+                "a resume starts from the beginning"
+            )
+        else:
+            lost = step - last_checkpoint.step
+            text = (
+                f"interrupted after step {step} (epoch {epoch}); the last checkpoint is "
+                f"{last_checkpoint.describe()}"
+                + (f": the {lost} step(s) after it are run again on resume" if lost else "")
+            )
+        super().__init__(text)
+        self.started = started
+        """False: stopped during the set-up, before the resume point was loaded."""
+        self.step = step
+        """Optimizer steps done when it stopped."""
+        self.epoch = epoch
+        """The epoch of the last step (numbered from 0)."""
+        self.last_checkpoint = last_checkpoint
 
 
 class Callback:
@@ -73,8 +194,8 @@ class Callback:
 class TrainResult:
     """How a run ended. The same for every rank, except ``rank`` and the per-process counts."""
 
-    stop_reason: str
-    """early_stopping, max_epochs or max_steps."""
+    stop_reason: StopReason
+    """early_stopping, max_epochs or max_steps (see :class:`StopReason`)."""
     stop_epoch: int
     """The epoch of the last optimizer step (numbered from 0)."""
     step: int
@@ -110,6 +231,7 @@ class Trainer:
         dist: DistContext | None = None,
     ) -> None:
         self.config = config
+        self._run_dir_given = os.fspath(run_dir)
         self.run_dir = Path(run_dir)
         self.validate_fn = validate_fn
         self.callbacks = list(callbacks)
@@ -120,8 +242,13 @@ class Trainer:
         self.step = 0
         self.epoch = 0
         self.position = (0, 0)
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
         self.last_val_loss: float | None = None
+        self.last_checkpoint: CheckpointInfo | None = None
+        self.resumed_from: str | None = None
+        self.skipped: list[str] = []
+        self.started = False
+        """True once the run directory was checked and the resume point loaded."""
         self.early_stopping = EarlyStopping(
             config.early_stopping.patience, config.early_stopping.min_delta
         )
@@ -133,6 +260,11 @@ class Trainer:
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)  # run() puts the caller's value back
         if cfg.device == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError(
+                    f"device is 'cuda' but this torch ({torch.__version__}) sees no CUDA "
+                    "device; use device = 'cpu' (or --set device=cpu)"
+                )
             self.device = torch.device("cuda", self.dist.local_rank)
         else:
             self.device = torch.device("cpu")
@@ -182,6 +314,7 @@ class Trainer:
             state = load_checkpoint(found["path"])
         self._load_state_dict(state)
         self.metrics.truncate_after(self.step)
+        self.last_checkpoint = CheckpointInfo(found["path"], self.step, self.epoch)
         return found["path"], found["skipped"]
 
     def _find_resume(self, mode: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -205,6 +338,7 @@ class Trainer:
             return None, None
         skipped = []
         for problem in point.skipped:
+            assert problem.path is not None  # a corrupt checkpoint's error names its file
             kept = self.store.set_aside(problem.path)
             log.warning(
                 "%s; resuming from %s instead (the damaged file is kept as %s)",
@@ -239,6 +373,7 @@ class Trainer:
 
     def state_dict(self, rng_states: list[dict[str, Any]]) -> dict[str, Any]:
         """The checkpoint (without ``saved_at``, which the store adds)."""
+        assert self.last_val_loss is not None  # a checkpoint follows a validation
         return {
             "format": FORMAT,
             "model": self.model.state_dict(),
@@ -249,7 +384,8 @@ class Trainer:
             "position": {"epoch": self.position[0], "batch": self.position[1]},
             "early_stopping": self.early_stopping.state_dict(),
             "val_loss": float(self.last_val_loss),
-            "stop_reason": self.stop_reason,
+            # The plain string: torch.load(weights_only=True) refuses enum instances.
+            "stop_reason": None if self.stop_reason is None else str(self.stop_reason),
             "rng": {f"rank{r}": s for r, s in enumerate(rng_states)},
             "world_size": self.dist.world_size,
             "config": self.config.to_dict(),
@@ -263,18 +399,36 @@ class Trainer:
         if resume not in ("auto", "never", "require"):
             raise ValueError(f"resume must be auto, never or require, got {resume!r}")
         threads = torch.get_num_threads()
+        self.steps_run = self.checkpoints_written = 0
         try:
             return self._run(resume)
+        except TrainingDivergedError as exc:
+            self._event("diverged", str(exc))
+            self._write_result(StopReason.DIVERGED)
+            raise
+        except KeyboardInterrupt:
+            stopped = TrainingInterrupted(
+                step=self.step,
+                epoch=self.epoch,
+                last_checkpoint=self.last_checkpoint,
+                started=self.started,
+            )
+            if self.started:  # before that, a previous run's result.json still holds
+                self._event("interrupted", str(stopped))
+                self._write_result(StopReason.INTERRUPTED)
+            raise stopped from None
         finally:
+            self.metrics.close()
             torch.set_num_threads(threads)
 
     def _run(self, resume: str) -> TrainResult:
+        self._check_run_dir()
         self._build()
-        resumed_from, skipped = self._resume(resume)
-        if resumed_from is not None:
-            detail = f"from {resumed_from}" + "".join(f"; skipped {s}" for s in skipped)
+        self.resumed_from, self.skipped = self._resume(resume)
+        self.started = True
+        if self.resumed_from is not None:
+            detail = f"from {self.resumed_from}" + "".join(f"; skipped {s}" for s in self.skipped)
             self._event("resumed", detail)
-        self.steps_run = self.checkpoints_written = 0
         self.stop_reason = self._limit_reached()
         cfg = self.config
         bars = ProgressBars(
@@ -282,32 +436,36 @@ class Trainer:
             max_epochs=cfg.max_epochs,
             steps_per_epoch=self.order.steps_per_epoch,
         )
-        try:
-            with bars:
-                # Train mode once, and again after each validation: Module.train() walks every
-                # submodule (~90 us for this small MLP, as much as a whole step).
-                self.net.train()
-                while self.stop_reason is None:
-                    epoch, first_batch = self.position
-                    bars.start_epoch(epoch, first_batch)
-                    for batch in range(first_batch, self.order.steps_per_epoch):
-                        loss = self._train_step(epoch, batch)
-                        bars.step(loss)
-                        for callback in self.callbacks:
-                            callback.on_step_end(self)
-                        epoch_done = self.position[1] == 0
-                        limit = self._limit_reached()
-                        every = cfg.val_every_steps
-                        due = self.step % every == 0 if every else epoch_done
-                        if due or limit is not None:  # the last step is always validated
-                            self._validate_and_checkpoint(limit, bars)
-                            if self.stop_reason is not None:
-                                break
-                    bars.end_epoch(epoch)
-        finally:
-            self.metrics.close()
+        with bars:
+            # Train mode once, and again after each validation: Module.train() walks every
+            # submodule (~90 us for this small MLP, as much as a whole step).
+            self.net.train()
+            while self.stop_reason is None:
+                epoch, first = self.position
+                bars.start_epoch(epoch, first)
+                for batch in range(first, self.order.steps_per_epoch):
+                    loss = self._train_step(epoch, batch)
+                    bars.step(loss)
+                    for callback in self.callbacks:
+                        callback.on_step_end(self)
+                    epoch_done = self.position[1] == 0
+                    limit = self._limit_reached()
+                    every = cfg.val_every_steps
+                    due = self.step % every == 0 if every else epoch_done
+                    if due or limit is not None:  # the last step is always validated
+                        self._validate_and_checkpoint(limit, bars)
+                        if self.stop_reason is not None:
+                            break
+                bars.end_epoch(epoch)
+        assert self.stop_reason is not None
+        result = self._write_result(self.stop_reason)
+        self.dist.barrier()
+        return result
+
+    def _write_result(self, reason: StopReason) -> TrainResult:
+        """The run's summary; rank 0 writes it to ``result.json`` (atomically)."""
         result = TrainResult(
-            stop_reason=self.stop_reason,
+            stop_reason=reason,
             stop_epoch=self.epoch,
             step=self.step,
             best_val_loss=self.early_stopping.best,
@@ -315,26 +473,40 @@ class Trainer:
             best_epoch=self.early_stopping.best_epoch,
             checks_without_improvement=self.early_stopping.checks_without_improvement,
             last_val_loss=self.last_val_loss,
-            resumed_from=resumed_from,
-            skipped_checkpoints=skipped,
+            resumed_from=self.resumed_from,
+            skipped_checkpoints=self.skipped,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
             steps_run=self.steps_run,
             checkpoints_written=self.checkpoints_written,
         )
-        if self.dist.is_main:
+        if self.dist.is_main and self.run_dir.is_dir():
             _write_json(self.run_dir / "result.json", result.to_dict())
-        self.dist.barrier()
         return result
 
-    def _limit_reached(self) -> str | None:
+    def _check_run_dir(self) -> None:
+        """Refuse a run directory that cannot hold the run's files, before the set-up (data,
+        model, process-group collectives) is paid for. Rank 0 checks; every rank raises."""
+        problem = None
+        if self.dist.is_main:
+            try:
+                check_run_dir(self._run_dir_given)
+            except CheckpointError as exc:
+                problem = exc
+        text = self.dist.broadcast_object(None if problem is None else str(problem))
+        if text is not None:
+            if problem is not None:
+                raise problem
+            raise RunDirError(text, path=self.run_dir)
+
+    def _limit_reached(self) -> StopReason | None:
         """Why the run ends now (early stopping, or the end of the schedule), or None."""
         if self.early_stopping.should_stop:
-            return "early_stopping"
+            return StopReason.EARLY_STOPPING
         if self.config.max_steps is not None and self.step >= self.config.max_steps:
-            return "max_steps"
+            return StopReason.MAX_STEPS
         if self.position[0] >= self.config.max_epochs:
-            return "max_epochs"
+            return StopReason.MAX_EPOCHS
         return None
 
     def _train_step(self, epoch: int, batch: int) -> float | None:
@@ -354,12 +526,14 @@ class Trainer:
         self.position = (epoch + 1, 0) if last else (epoch, batch + 1)
         if self.step % self.config.log_every_steps:
             return None
-        value = loss.detach()
+        mean = loss.detach()
         if self.dist.world_size > 1:  # equal local batches: the mean of means is the mean
-            value = self.dist.all_reduce_sum(value.clone()) / self.dist.world_size
-        value = value.item()
+            mean = self.dist.all_reduce_sum(mean.clone()) / self.dist.world_size
+        value = float(mean.item())
         row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": value, "lr": lr}
         self.metrics.write(row)
+        if not math.isfinite(value) and not self.config.allow_non_finite_loss:
+            raise self._diverged("train loss", value)
         return value
 
     @torch.no_grad()
@@ -375,18 +549,25 @@ class Trainer:
         self.dist.all_reduce_sum(total)
         return (total[0] / total[1]).item()
 
-    def _validate_and_checkpoint(self, limit: str | None, bars: ProgressBars) -> None:
+    def _validate_and_checkpoint(self, limit: StopReason | None, bars: ProgressBars) -> None:
         self.model.eval()
         if self.validate_fn is not None:
             value = float(self.validate_fn(self.model, epoch=self.epoch, step=self.step))
         else:
             value = self._evaluate()
-        # Rank 0's number on every rank: identical input, identical early-stopping state.
-        value = self.dist.broadcast_object(value)
+        finite_weights = self.config.allow_non_finite_loss or _all_finite(self.model)
+        # Rank 0's numbers on every rank: identical input, identical early-stopping state.
+        value, finite_weights = self.dist.broadcast_object((value, finite_weights))
+        if not self.config.allow_non_finite_loss:
+            # Before anything is written: latest.pt and best.pt keep the last finite weights.
+            if not math.isfinite(value):
+                raise self._diverged("validation loss", value)
+            if not finite_weights:
+                raise self._diverged("weights", math.nan)
         es = self.early_stopping
         improved = es.update(value, step=self.step, epoch=self.epoch)
         self.last_val_loss = value
-        self.stop_reason = "early_stopping" if es.should_stop else limit
+        self.stop_reason = StopReason.EARLY_STOPPING if es.should_stop else limit
         self.metrics.write(
             {
                 "kind": "val",
@@ -401,16 +582,68 @@ class Trainer:
         bars.validated(value, es.best)
         self.metrics.flush()  # every row up to this step is in the file before the checkpoint
         rng_states = self.dist.gather_objects(capture_rng_state())
-        if self.dist.is_main:
-            self.store.save(self.state_dict(rng_states), best=improved)
-            self.checkpoints_written += 1
+        with _sigint_deferred():
+            if rng_states is not None:  # rank 0, which writes
+                self.store.save(self.state_dict(rng_states), best=improved)
+                self.checkpoints_written += 1
+            self.last_checkpoint = CheckpointInfo(str(self.store.latest), self.step, self.epoch)
         for callback in self.callbacks:
             callback.on_checkpoint(self, best=improved)
         self.net.train()
 
+    def _diverged(self, what: str, value: float) -> TrainingDivergedError:
+        opt = self.config.optimizer
+        shown = "" if what == "weights" else f" is {value}"
+        saved = (
+            f"{self.last_checkpoint.describe()} is the last checkpoint, with finite weights"
+            if self.last_checkpoint is not None
+            else "no checkpoint was written"
+        )
+        return TrainingDivergedError(
+            f"training diverged: the {what}{shown} at step {self.step} (epoch {self.epoch}); "
+            f"stopped without checkpointing it: {saved}. Lower optimizer.lr (now {opt.lr}) or "
+            f"optimizer.weight_decay (now {opt.weight_decay}), or set allow_non_finite_loss = "
+            "true to train on regardless",
+            what=what,
+            value=value,
+            step=self.step,
+            epoch=self.epoch,
+            last_checkpoint=self.last_checkpoint,
+        )
+
     def _event(self, event: str, detail: str) -> None:
         row = {"kind": "event", "step": self.step, "epoch": self.epoch, "event": event}
         self.metrics.write({**row, "detail": detail})
+
+
+def _all_finite(model: nn.Module) -> bool:
+    """Whether every parameter is finite (one device sync for the whole model)."""
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back until the block is done, then raise it.
+
+    A checkpoint write is atomic either way (checkpoint.py), but the trainer must know which
+    one it completed to say where a resume continues from. Only Python's default handler is
+    replaced, and only in the main thread (signal handlers cannot be set elsewhere).
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    received: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["MetricsLog"]
 
@@ -40,7 +40,7 @@ class MetricsLog:
         self.path = Path(path)
         self.enabled = enabled
         self.flush_every_s = flush_every_s
-        self._file = None
+        self._file: TextIO | None = None
         self._flushed_at = 0.0
 
     def truncate_after(self, step: int) -> int:

@@ -8,7 +8,7 @@ need full unpickling, or be slow to read).
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -25,7 +25,9 @@ def seed_all(seed: int) -> None:
 
 def capture_rng_state() -> dict[str, Any]:
     version, internal, gauss_next = random.getstate()  # internal: 624 words + position
-    kind, keys, pos, has_gauss, cached = np.random.get_state()  # keys: (624,) uint32
+    # The legacy tuple form (a dict only with legacy=False); keys: (624,) uint32.
+    state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    kind, keys, pos, has_gauss, cached = state
     cuda = []
     # Reading CUDA's state would initialize CUDA in a process that never used it.
     if torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -236,6 +236,7 @@ def test_a_server_that_stays_down_gives_a_clear_error_after_bounded_retries(
     with pytest.raises(ShardReadError, match=r"gave up after 4 consecutive attempts") as err:
         list(ds)
     assert f"{url}/shard-" in str(err.value)
+    assert f"(endpoint {dead_endpoint})" in str(err.value)
     assert time.monotonic() - started < 10
 
 

@@ -44,10 +44,12 @@ def ring_cases(draw, ops=OPS, min_workers=1, min_length=0) -> RingCase:
     length = draw(st.integers(min_length, 40))  # smaller than n, uneven, and several chunks each
     dtype = np.dtype(draw(st.sampled_from(INT_DTYPES + FLOAT_DTYPES)))
     op = draw(st.sampled_from([o for o in ops if o != "mean" or dtype.kind == "f"]))
-    if dtype.kind in "iu":
-        elements = st.integers(
-            np.iinfo(dtype).min, np.iinfo(dtype).max
-        )  # overflow wraps, like NumPy
+    if dtype.kind in "iu" and op == "sum":
+        # Sums that fit the dtype (an overflowing sum is refused: see the properties below).
+        info = np.iinfo(dtype)
+        elements = st.integers(-(-info.min // n), info.max // n)
+    elif dtype.kind in "iu":
+        elements = st.integers(np.iinfo(dtype).min, np.iinfo(dtype).max)
     else:
         # Bounded so that 9 workers' float16 sums stay finite (max 65504).
         elements = st.floats(-1000, 1000, width=dtype.itemsize * 8, allow_nan=False)
@@ -58,7 +60,7 @@ def ring_cases(draw, ops=OPS, min_workers=1, min_length=0) -> RingCase:
 def numpy_reduction(case: RingCase) -> np.ndarray:
     stacked = np.stack(case.arrays)  # (N, length)
     if case.op == "sum":
-        return np.sum(stacked, axis=0, dtype=stacked.dtype)  # wraps on overflow, as the ring does
+        return np.sum(stacked, axis=0, dtype=stacked.dtype)  # the cases' sums fit the dtype
     if case.op == "mean":
         return np.mean(stacked.astype(np.float64), axis=0)
     return (np.max if case.op == "max" else np.min)(stacked, axis=0)
@@ -83,8 +85,8 @@ def check_matches_numpy(case: RingCase, results: list[np.ndarray]) -> None:
         exact = stacked.sum(0) / (n if case.op == "mean" else 1)
         err = np.abs(result.astype(np.float64) - exact)
         assert (err <= bound).all(), (
-            f"worker {worker} of {n}: error {err.max()} exceeds the bound "
-            f"at {int(np.argmax(err - bound))}"
+            f"worker {worker} of {n}: error {err.max()} exceeds the bound at "
+            f"{int(np.argmax(err - bound))}"
         )
 
 
@@ -141,6 +143,31 @@ def test_every_worker_gets_numpys_reduction_and_the_same_bits():
 
 def test_the_message_log_matches_the_cost_model():
     log_matches_cost_model(RING_SCHEDULE)()
+
+
+@settings(max_examples=100)
+@given(
+    n=st.integers(1, 9),
+    dtype=st.sampled_from(INT_DTYPES + ("uint64",)),
+    data=st.data(),
+)
+def test_an_integer_sum_is_exact_when_it_fits_and_refused_when_it_would_wrap(n, dtype, data):
+    # Any values of the dtype: partial sums wrap on the way round the ring (modulo 2**bits),
+    # which must not matter when the true sum fits, and must be an error when it does not.
+    dtype = np.dtype(dtype)
+    info = np.iinfo(dtype)
+    length = data.draw(st.integers(1, 12), label="length")
+    elements = st.integers(info.min, info.max)
+    arrays = [data.draw(hnp.arrays(dtype, length, elements=elements)) for _ in range(n)]
+    true = [sum(int(a[i]) for a in arrays) for i in range(length)]  # Python ints: exact
+    outside = [i for i, v in enumerate(true) if not info.min <= v <= info.max]
+    if outside:
+        i = outside[0]
+        with pytest.raises(ValueError, match=rf"element \({i},\) sums to {true[i]}, outside"):
+            simulate_ring_allreduce(arrays, "sum")
+        return
+    for result in simulate_ring_allreduce(arrays, "sum"):
+        assert [int(v) for v in result] == true
 
 
 # ---- the properties catch broken schedules ----------------------------------------------

@@ -181,6 +181,30 @@ def test_bad_inputs_raise_value_errors_that_name_the_problem(arrays, op, message
         simulate_ring_allreduce(arrays, op)
 
 
+def test_an_int8_sum_that_would_wrap_is_refused_naming_the_element_and_the_fix():
+    arrays = [np.array([[1, 2], [3, 100]], np.int8)] * 4  # 4 x 100 = 400 > 127
+
+    with pytest.raises(ValueError) as info:
+        simulate_ring_allreduce(arrays, "sum")
+
+    assert str(info.value) == (
+        "op='sum' over 4 workers overflows int8: element (1, 1) sums to 400, outside "
+        "[-128, 127] (1 of 4 elements overflow). The ring would give every worker a value "
+        "wrapped modulo 2**8: use a wider dtype (int16 holds these sums) or a floating-point one"
+    )
+
+
+def test_an_int8_sum_whose_partial_sums_wrap_but_whose_total_fits_is_exact():
+    # 100 + 100 wraps to -56 on its way round the ring; adding -100 twice wraps back: the
+    # result is the true sum, 0 (additions modulo 2**8 do not depend on the order).
+    arrays = [np.full(7, v, np.int8) for v in (100, 100, -100, -100)]
+    for result in simulate_ring_allreduce(arrays, "sum"):
+        np.testing.assert_array_equal(result, np.zeros(7, np.int8))
+    # max and min cannot overflow: any values pass.
+    extremes = [np.array([-128, 127], np.int8)] * 3
+    assert simulate_ring_allreduce(extremes, "max")[0].tolist() == [-128, 127]
+
+
 def test_64_workers_of_a_million_float32_stay_exact_on_integer_values():
     # The size the issue names (64 x 1M float32); integer values keep every sum exact, so the
     # whole result is checked, not a sample. Its speed is measured in

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from reference_impls.data import (
     DatasetConfig,
@@ -126,3 +127,28 @@ def test_a_cache_inside_the_dataset_directory_is_refused(local):
     config = DatasetConfig(cache_dir=str(local / "cache"), cache_max_bytes=1 << 20)
     with pytest.raises(ValueError, match=r"lies inside the dataset directory"):
         list(ShardedDataset(local, config))
+
+
+def test_a_worker_that_finished_its_share_yields_nothing_after_a_resume(tmp_path):
+    # 100 samples of 500 B in 20 KB shards; 99 recorded through a DataLoader: with 2 workers,
+    # worker 0 has delivered all of its 50 and worker 1 49 of its 50. Only 1 sample is left.
+    root = tmp_path / "ds"
+    with ShardWriter(root, WriterConfig(target_shard_bytes=20_000)) as w:
+        for i in range(100):
+            w.write({"__key__": f"k{i:03d}", "bin": bytes([i]) * 500})
+    config = DatasetConfig(seed=1, shuffle_buffer=10)
+    ds = ShardedDataset(root, config)
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    recorded = []
+    for sample in loader:
+        ds.record(sample)
+        recorded.append(sample["__key__"])
+        if len(recorded) == 99:
+            break
+    assert ds.state_dict()["consumed"] == [50, 49]
+
+    resumed = ShardedDataset(root, config)
+    resumed.load_state_dict(ds.state_dict())
+    rest = [s["__key__"] for s in DataLoader(resumed, batch_size=None, num_workers=2)]
+
+    assert sorted(recorded + rest) == [f"k{i:03d}" for i in range(100)]

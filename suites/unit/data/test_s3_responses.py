@@ -7,12 +7,20 @@ seconds of backoff; a reset not retried loses an epoch to one dropped connection
 from __future__ import annotations
 
 import io
+import math
 
 import botocore.exceptions as bce
 import pytest
 import urllib3.exceptions as u3e
 
-from reference_impls.data import ManifestMismatchError, S3Config, S3Source, ShardNotFoundError
+from reference_impls.data import (
+    DatasetConfig,
+    ManifestMismatchError,
+    RetryConfig,
+    S3Config,
+    S3Source,
+    ShardNotFoundError,
+)
 from reference_impls.data.sources import IncompleteResponseError, _S3Range, is_transient
 
 
@@ -89,3 +97,18 @@ def test_a_ranged_response_gives_the_object_size_from_content_range():
 def test_a_response_that_cannot_continue_the_stream_is_refused_for_a_retry(headers, start, message):
     with pytest.raises(IncompleteResponseError, match=message):
         _S3Range(_response(**headers), start)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: S3Config(connect_timeout_s=math.nan), "S3Config.connect_timeout_s"),
+        (lambda: S3Config(read_timeout_s=math.inf), "S3Config.read_timeout_s"),
+        (lambda: RetryConfig(backoff_max_s=math.inf), "RetryConfig.backoff_max_s"),
+        (lambda: DatasetConfig(progress_interval_s=math.nan), "DatasetConfig.progress_interval_s"),
+    ],
+)
+def test_a_nan_or_infinite_timeout_or_backoff_is_refused_naming_it(make, message):
+    # NaN passes "> 0" checks (every comparison with it is False); inf waits for ever.
+    with pytest.raises(ValueError, match=rf"{message} must be a finite number, got (nan|inf)"):
+        make()

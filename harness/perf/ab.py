@@ -1,0 +1,193 @@
+"""Interleaved A/B timing: base and head sampled alternately, one sample each, milliseconds apart.
+
+Why: on a shared runner the load changes within seconds (another job starts; two busy loops on
+2 cores slow a sample 2-30x). asv measures one commit per run, so base and head samples are at
+least one asv start-up (seconds) apart even when the runs alternate, and a load swing between
+them reads as a change. Here two long-lived worker processes, one with the base commit's code
+(a ``git archive``, imported ahead of the installed package, as ``harness perf run --commit``
+does) and one with the working tree, each set up the same benchmark with asv's own discovery
+and then take one sample at a time on request: base, head, head, base, base, head ... (the order
+alternates so that neither side is always first), timed in the worker's CPU time
+(``time.process_time``): under load a sample's wall time is mostly how long the scheduler
+kept it waiting, and that depends on the sample's length (one shorter than a time slice often
+runs undisturbed), so even pairs milliseconds apart read a 2x slowdown as 1x or 12x in wall
+time at load average 15; in CPU time they read 2.0 (docs/perf.md). Each (base, head) pair
+shares the conditions of its moment; the gate (gating.apply_ab) compares blocks of 5
+consecutive pairs, each block a stratum of stats.py's test, and the median of the blocks'
+ratios.
+
+The worker (``_ab_worker.py``) runs as a script copied to a temporary folder, so that the base
+side never imports this version of ``harness``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.perf._common import Echo, PerfError, Project, _asv_environ, python_path
+from harness.perf.runs import _archived_config
+
+# 20 pairs = 4 blocks of 5 v 5: the best p is 252^-4 = 2.5e-10, so a spike or two in every
+# block still leaves p < 0.001; 2 blocks (10 pairs) are the fewest that can reach it (1.6e-5).
+DEFAULT_PAIRS = 20
+# More pairs than this is a typo, not a measurement.
+MAX_AB_PAIRS = 1000
+# A benchmark's A/B stops after this many seconds even with fewer pairs (then the gate says
+# "too few samples" for it below 10 pairs, and fails).
+MAX_SECONDS_PER_BENCHMARK = 120.0
+# A worker that does not answer a request (load with setup, or one sample) in this long is
+# killed and its benchmark reported as failed to measure.
+REQUEST_TIMEOUT = 300.0
+
+
+@dataclasses.dataclass
+class ABResult:
+    """Paired samples of one benchmark: base[i] and head[i] were taken one right after the
+    other. error: why it could not be measured (then the lists may be empty)."""
+
+    name: str
+    base: list[float]
+    head: list[float]
+    error: str | None = None
+
+
+class _Worker:
+    def __init__(self, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> None:
+        # The worker's stderr (and whatever its benchmarks print) goes to a file: a pipe could
+        # fill up and block it; its tail explains a worker that died.
+        self.stderr_path = cwd / f"worker-{id(self)}.err"
+        self._stderr = self.stderr_path.open("w")
+        self.proc = subprocess.Popen(
+            [python_path(), str(script), str(bench_root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            env=env,
+            cwd=cwd,
+        )
+
+    def ask(self, request: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.poll() is not None:
+            return {"ok": False, "error": self._died()}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                self.proc.kill()
+                return {"ok": False, "error": f"no answer in {timeout:g} s (killed)"}
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            return {"ok": False, "error": self._died()}
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _died(self) -> str:
+        self._stderr.flush()
+        tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
+        return f"worker exited {self.proc.returncode}" + (f": {' | '.join(tail)}" if tail else "")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+
+
+def measure_ab(
+    root: Path | str,
+    base_sha: str,
+    names: Sequence[str],
+    *,
+    pairs: int = DEFAULT_PAIRS,
+    max_seconds: float = MAX_SECONDS_PER_BENCHMARK,
+    echo: Echo | None = None,
+) -> dict[str, ABResult]:
+    """Time each benchmark in names (``module.Class.method`` or with ``(params)``) for base_sha
+    and the working tree, alternately, ``pairs`` pairs each (fewer if ``max_seconds`` runs out).
+    """
+    if pairs < 1:
+        raise PerfError(f"pairs must be >= 1, got {pairs}")
+    project = Project.load(root)
+    results: dict[str, ABResult] = {}
+    with tempfile.TemporaryDirectory(prefix="harness-perf-ab-") as tmp_name:
+        tmp = Path(tmp_name)
+        _, code_dir = _archived_config(project, base_sha, tmp)
+        script = tmp / "ab_worker.py"
+        shutil.copyfile(Path(__file__).with_name("_ab_worker.py"), script)
+        rel = project.benchmark_dir.relative_to(project.root)
+        base_env = _asv_environ(project)
+        base_env["PYTHONPATH"] = os.pathsep.join(
+            [str(code_dir)] + ([base_env["PYTHONPATH"]] if base_env.get("PYTHONPATH") else [])
+        )
+        workers = {
+            "base": _Worker(script, code_dir / rel, base_env, tmp),
+            "head": _Worker(script, project.benchmark_dir, _asv_environ(project), tmp),
+        }
+        try:
+            for n, name in enumerate(names, 1):
+                if echo:
+                    echo(f"harness perf: A/B {n}/{len(names)} {name}: {pairs} interleaved pairs")
+                results[name] = _measure_one(workers, name, pairs, max_seconds)
+                if echo and results[name].error:
+                    echo(f"harness perf: A/B of {name} failed: {results[name].error}")
+        finally:
+            for worker in workers.values():
+                worker.close()
+    return results
+
+
+def _measure_one(
+    workers: dict[str, _Worker], name: str, pairs: int, max_seconds: float
+) -> ABResult:
+    result = ABResult(name, [], [])
+    for side, worker in workers.items():
+        reply = worker.ask({"op": "load", "name": name})
+        if not reply.get("ok"):
+            result.error = f"{side}: {reply.get('error')}"
+    if result.error is None:
+        deadline = time.monotonic() + max_seconds
+        for i in range(pairs):
+            order = ("base", "head") if i % 2 == 0 else ("head", "base")
+            got: dict[str, float] = {}
+            for side in order:
+                reply = workers[side].ask({"op": "sample"})
+                if not reply.get("ok"):
+                    result.error = f"{side}: {reply.get('error')}"
+                    break
+                got[side] = float(reply["seconds"])
+            if result.error is not None:
+                break
+            result.base.append(got["base"])
+            result.head.append(got["head"])
+            if time.monotonic() > deadline:
+                break
+    for worker in workers.values():
+        worker.ask({"op": "teardown"}, timeout=60)
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual check: python -m harness.perf.ab BASE NAME
+    out = measure_ab(Path.cwd(), sys.argv[1], sys.argv[2:], echo=print)
+    for r in out.values():
+        print(r)

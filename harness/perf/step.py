@@ -1,0 +1,325 @@
+"""The perf step of ``harness ci`` (and ``harness perf ci``): benchmark, find the base, gate.
+
+:func:`ci_step` runs the benchmarks of HEAD, takes its baseline from where the policy says
+(docs/perf.md, "Baseline policy": stored results, the base measured in this run in alternation
+with HEAD, or the baseline a first run recorded), gates (with interleaved A/B pairs for the
+timing benchmarks when the base is measured here), and writes perf.md, perf-gate.json and
+perf-run.log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from harness.perf._common import (
+    Echo,
+    PerfError,
+    Project,
+    _echo_stderr,
+    check_factor,
+    env_name,
+    resolve_commit,
+    resolve_machine,
+)
+from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, measure_ab
+from harness.perf.baselines import (
+    BASELINE_SEARCH_DEPTH,
+    StoredBaseline,
+    default_branch_refs,
+    find_baseline,
+    merge_base,
+    record_baseline,
+    stored_baseline,
+)
+from harness.perf.gating import (
+    DEFAULT_FACTOR,
+    EXIT_NOT_COMPARABLE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    GateReport,
+    ab_candidates,
+    apply_ab,
+    gate,
+    has_results,
+)
+from harness.perf.runs import GROUPS, MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
+
+MEASURE_BASE = ("never", "missing", "always")
+
+
+@dataclasses.dataclass
+class PerfStepResult:
+    """What the perf step of ``harness ci`` found.
+
+    exit_code: 0 passed (or no baseline yet, unless a baseline is required), 1 a significant
+    regression or a failing benchmark, 2 nothing comparable, too few samples, or no baseline
+    when ``require_baseline``. markdown: the summary for the report. skipped_reason: why the
+    gate did not compare anything, shown in the report; None when it did.
+    baseline_recorded: where this run was kept as the baseline (no baseline existed), or None.
+    """
+
+    exit_code: int
+    markdown: str
+    skipped_reason: str | None
+    baseline_recorded: str | None = None
+
+
+def ci_step(
+    repo_root: Path,
+    report_dir: Path,
+    *,
+    quick: bool = True,
+    require_baseline: bool = False,
+    measure_base: str = "never",
+    passes: int = 1,
+    group: str = "cpu",
+    bench: str | None = None,
+    machine: str | None = None,
+    factor: float = DEFAULT_FACTOR,
+    base_ref: str | None = None,
+    ab_pairs: int = DEFAULT_PAIRS,
+    echo: Echo | None = _echo_stderr,
+) -> PerfStepResult:
+    """Run the CPU benchmarks (or ``group``) for HEAD and gate them against the baseline.
+
+    docs/perf.md describes the policy.
+
+    The base is the merge-base of HEAD with the default branch (HEAD's first parent on the
+    default branch itself). measure_base says where its results come from:
+
+    - "never" (``harness ci`` locally, the GPU runner): stored results of the nearest
+      first-parent ancestor of the base that has results on this machine and environment.
+    - "always" (the CPU pull-request job): the base is measured in this run, interleaved with
+      HEAD; results stored by other machines of the same name are not trusted.
+    - "missing": stored results when there are some, else measure as "always".
+
+    When the base is measured here, asv runs base and HEAD alternately over ``passes`` runs
+    each (the record, and the verdict for track/peakmem benchmarks and failures), and then
+    every timing benchmark comparable on both sides is timed again in ``ab_pairs`` interleaved
+    A/B pairs (ab.py: base and head sampled alternately, milliseconds apart), which decide its
+    verdict; 0 disables that and the asv samples decide, pass by pass. ``bench`` narrows the
+    group with a regex (as ``harness perf run --bench``).
+
+    Without a baseline ("never"/"missing": no ancestor has results and no stored baseline
+    applies), the step says so, keeps this run's results as the baseline (baselines.py) so
+    that the next run gates, and exits 0, or 2 under ``require_baseline``. Writes perf.md,
+    perf-gate.json and perf-run.log into report_dir. Bad arguments and an unusable report_dir
+    raise PerfError before any benchmark runs; a missing project or commit is exit 2.
+    """
+    if measure_base not in MEASURE_BASE:
+        raise PerfError(f"measure_base must be never, missing or always, got {measure_base!r}")
+    if not 1 <= passes <= MAX_PASSES:
+        raise PerfError(f"--passes must be between 1 and {MAX_PASSES}, got {passes}")
+    if not 0 <= ab_pairs <= MAX_AB_PAIRS:
+        raise PerfError(f"--ab-pairs must be between 0 and {MAX_AB_PAIRS}, got {ab_pairs}")
+    check_factor(factor)
+    machine = resolve_machine(machine)
+    report_dir = Path(report_dir)
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PerfError(
+            f"report directory {str(report_dir)!r} cannot be created ({exc.strerror}): "
+            "give --report-dir a writable folder"
+        ) from None
+    try:
+        return _ci_step(
+            Path(repo_root),
+            report_dir,
+            quick=quick,
+            require_baseline=require_baseline,
+            measure_base=measure_base,
+            passes=passes,
+            group=group,
+            bench=bench,
+            machine=machine,
+            factor=factor,
+            base_ref=base_ref,
+            ab_pairs=ab_pairs,
+            echo=echo,
+        )
+    except PerfError as exc:  # no asv.conf.json, not a git checkout, unknown base ref...
+        reason = f"perf step could not run: {exc}"
+        markdown = f"### Performance\n\n**{reason}** (exit {EXIT_NOT_COMPARABLE})"
+        (report_dir / "perf.md").write_text(markdown + "\n")
+        return PerfStepResult(EXIT_NOT_COMPARABLE, markdown, reason)
+
+
+def _ci_step(
+    repo_root: Path,
+    report_dir: Path,
+    *,
+    quick: bool,
+    require_baseline: bool,
+    measure_base: str,
+    passes: int,
+    group: str,
+    bench: str | None,
+    machine: str,
+    factor: float,
+    base_ref: str | None,
+    ab_pairs: int,
+    echo: Echo | None,
+) -> PerfStepResult:
+    Project.load(repo_root)  # fails first, and clearly, where there is no asv project
+    env = env_name()
+    head = resolve_commit(Path(repo_root), "HEAD")
+    title = (
+        f"### Performance (asv, machine `{machine}`, "
+        f"{'quick' if quick else 'full'} run, {group.upper()} group)"
+    )
+    log: list[str] = []
+    run_kwargs: dict[str, Any] = {
+        "group": group,
+        "bench": bench,
+        "quick": quick,
+        "machine": machine,
+        "echo": echo,
+    }
+
+    def finish(
+        code: int,
+        body: list[str],
+        skipped: str | None,
+        gate_report: GateReport | None = None,
+        recorded: str | None = None,
+    ) -> PerfStepResult:
+        markdown = "\n\n".join([title, *body])
+        (report_dir / "perf.md").write_text(markdown + "\n")
+        (report_dir / "perf-run.log").write_text("\n".join(log) + "\n")
+        gate_json = report_dir / "perf-gate.json"
+        if gate_report is not None:
+            gate_json.write_text(json.dumps(gate_report.to_json(), indent=2) + "\n")
+        else:
+            gate_json.unlink(missing_ok=True)  # never leave an older run's verdict behind
+        return PerfStepResult(code, markdown, skipped, recorded)
+
+    found = merge_base(repo_root, base_ref=base_ref)
+    baseline: str | None = None
+    stored: StoredBaseline | None = None
+    base_note, base_problem = "", ""
+    outcomes: list[RunOutcome] = []
+    if found:
+        start, how = found
+        if measure_base != "always":
+            baseline = find_baseline(repo_root, start, machine=machine, env=env)
+        if baseline is None and measure_base != "never":
+            try:
+                outcomes = run_interleaved(repo_root, [start, "HEAD"], passes=passes, **run_kwargs)
+            except PerfError as exc:  # e.g. the base predates the benchmarks
+                base_problem = f" (measuring it failed: {exc})"
+            else:
+                if has_results(repo_root, start, machine=machine, env=env):
+                    baseline = start
+        if baseline is not None:
+            if baseline == start:
+                origin = "measured in this run" if outcomes else "stored results"
+                base_note = f"Baseline: `{baseline[:10]}` ({how}; {origin})."
+            else:
+                base_note = (
+                    f"Baseline: `{baseline[:10]}`, the nearest first-parent ancestor "
+                    f"with stored results of the {how} ({start[:10]})."
+                )
+    if baseline is None and measure_base != "always":
+        stored = stored_baseline(repo_root, machine=machine, env=env)
+        if stored is not None:
+            baseline = stored.commit
+            base_note = f"Baseline: {stored.describe()} (no stored results for an ancestor)."
+    if not outcomes:
+        outcomes = [run_benchmarks(repo_root, commit="HEAD", **run_kwargs)]
+    head_outcome = outcomes[-1]
+    run_note = f"Head: `{head[:10]}` ({head_outcome.source}), environment `{env}`."
+
+    if baseline is None:
+        for outcome in outcomes:
+            log.extend(outcome.log)
+        failed_run = any(o.exit_code != 0 for o in outcomes)
+        if found is None:
+            reason = (
+                "no baseline: HEAD has no merge-base with the default branch "
+                f"(tried {', '.join(default_branch_refs(Path(repo_root)))})"
+            )
+        elif measure_base == "never":
+            reason = (
+                f"no baseline: no stored results for the {found[1]} ({found[0][:10]}) or "
+                f"its {BASELINE_SEARCH_DEPTH - 1} first-parent ancestors on machine "
+                f"`{machine}` in environment `{env}`, and no stored baseline"
+            )
+        else:
+            reason = (
+                f"no baseline: the {found[1]} ({found[0][:10]}) has no results in "
+                f"environment `{env}`{base_problem}"
+            )
+        recorded: StoredBaseline | None = None
+        if measure_base != "always" and has_results(repo_root, head, machine=machine, env=env):
+            recorded = record_baseline(
+                repo_root, head, machine=machine, env=env, source=head_outcome.source
+            )
+        kept = (
+            f"this run is now {recorded.describe()}: the next run gates against it"
+            if recorded
+            else "nothing was kept as a baseline"
+        )
+        if echo:
+            echo(f"harness perf: NO BASELINE: {reason}; {kept}")
+        code = (
+            EXIT_REGRESSION if failed_run else EXIT_NOT_COMPARABLE if require_baseline else EXIT_OK
+        )
+        consequence = (
+            "this fails the step (a baseline is required here)"
+            if require_baseline
+            else "nothing was gated"
+        )
+        body = [run_note, f"**Perf gate skipped: {reason}**; {consequence}.", f"**{kept}.**"]
+        if failed_run:
+            body.append(_run_failure(report_dir))
+        return finish(
+            code,
+            body,
+            f"{reason}; {kept}",
+            recorded=str(recorded.results_dir) if recorded else None,
+        )
+
+    base_dir = stored.results_dir if stored else None
+    report = gate(
+        repo_root, baseline, head, factor=factor, machine=machine, base_results_dir=base_dir
+    )
+    notes = [base_note, run_note]
+    measured_here = found is not None and baseline == found[0] and len(outcomes) > 1
+    if measured_here and ab_pairs:
+        # Not the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its
+        # launch, not its run (the GPU runner is a dedicated machine: wall time is right there).
+        gpu = re.compile(f"^{GROUPS['gpu']}")
+        names = [n for n in ab_candidates(report) if not gpu.match(n)]
+        if names:
+            ab = measure_ab(repo_root, baseline, names, pairs=ab_pairs, echo=echo)
+            report = apply_ab(report, ab)
+            notes.append(
+                f"Timing benchmarks judged on {ab_pairs} interleaved A/B pairs each (base and "
+                "head sampled alternately, milliseconds apart; docs/perf.md): "
+                f"{len(names)} benchmark(s)."
+            )
+    for outcome in outcomes:
+        log.extend(outcome.log)
+    failed_run = any(o.exit_code != 0 for o in outcomes)
+    code = report.exit_code
+    if failed_run and code == EXIT_OK:
+        code = EXIT_REGRESSION
+    body = [*notes, report.markdown()]
+    if failed_run:
+        body.append(_run_failure(report_dir))
+    skipped = None
+    if report.exit_code == EXIT_NOT_COMPARABLE:
+        skipped = f"{report.verdict}: " + "; ".join(report.problems)
+    return finish(code, body, skipped, report)
+
+
+def _run_failure(report_dir: Path) -> str:
+    return (
+        "**asv run reported failing benchmarks or an error** (exit 1): see "
+        f"{report_dir / 'perf-run.log'}."
+    )
