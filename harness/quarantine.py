@@ -53,6 +53,7 @@ __all__ = [
     "find",
     "load",
     "node_id_problem",
+    "problems",
     "remove",
 ]
 
@@ -490,6 +491,27 @@ def node_id_problem(test: str) -> str | None:
             f"project with plain folder names, e.g. {_NODE_ID_EXAMPLE!r}"
         )
     return None
+
+
+def problems(entries: list[Entry], root: Path, path: Path, today: datetime.date) -> list[str]:
+    """What makes the quarantine file at ``path`` fail a run: entries that expired before
+    ``today``, and entries whose test no longer exists under ``root`` (stale). Each names the
+    entry's line and the fix."""
+    found = []
+    for entry in entries:
+        where = f"{path.name}:{entry.line}"
+        if entry.is_expired(today):
+            found.append(
+                f"{where}: quarantine of {entry.test} expired on {entry.expires} "
+                f"({entry.issue}); fix the test, or extend the entry with a reason"
+            )
+        missing = existence_problem(root, entry.test)
+        if missing:
+            found.append(
+                f"{where}: stale quarantine entry {entry.test}: {missing}; remove it "
+                f"(harness quarantine remove '{entry.test}')"
+            )
+    return found
 
 
 def existence_problem(root: Path, test: str) -> str | None:
