@@ -8,6 +8,7 @@ interrupted run never leaves an earlier run's verdict behind.
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
 import subprocess
@@ -201,10 +202,21 @@ def _finish(
 # --------------------------------------------------------------------------- ci
 
 
+class StepStatus(enum.StrEnum):
+    """How one step of ``harness ci`` ended (shown in its summary table)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    """Not run, for a stated reason (no CUDA device, no baseline): does not fail the run."""
+
+
 @dataclass
 class Step:
+    """One step of ``harness ci``: its name, how it ended, a one-line detail, its time."""
+
     name: str
-    status: str  # passed | failed | skipped
+    status: StepStatus
     detail: str
     seconds: float = 0.0
 
@@ -224,16 +236,18 @@ def _env_step(lock: Path | None, allow_extra: bool) -> Step:
     try:
         drift = environment.check(path)
     except environment.LockFileError as exc:
-        return Step("env check", "failed", str(exc))
+        return Step("env check", StepStatus.FAILED, str(exc))
     failing = [*drift.missing, *drift.wrong_version, *(() if allow_extra else drift.extra)]
     if not failing:
         extra = f" ({len(drift.extra)} extra distribution(s) allowed)" if drift.extra else ""
-        return Step("env check", "passed", f"installed distributions match {path.name}{extra}")
+        return Step(
+            "env check", StepStatus.PASSED, f"installed distributions match {path.name}{extra}"
+        )
     for item in failing:
         console.print(f"  [red]{item}[/]", markup=True)
     return Step(
         "env check",
-        "failed",
+        StepStatus.FAILED,
         f"{len(failing)} package(s) drift from {path.name}: "
         + "; ".join(str(p) for p in failing[:5]),
     )
@@ -243,11 +257,11 @@ def _perf_step(report_dir: Path) -> Step:
     try:
         from harness import perf
     except ImportError as exc:  # pragma: no cover - perf ships with the harness
-        return Step("perf gate", "failed", f"harness.perf unavailable: {exc}")
+        return Step("perf gate", StepStatus.FAILED, f"harness.perf unavailable: {exc}")
     result = perf.ci_step(Path.cwd(), report_dir)
-    status = "passed" if result.exit_code == 0 else "failed"
+    status = StepStatus.PASSED if result.exit_code == 0 else StepStatus.FAILED
     if result.skipped_reason and result.exit_code == 0:
-        status = "skipped"
+        status = StepStatus.SKIPPED
     first_line = result.markdown.strip().splitlines()[0] if result.markdown.strip() else ""
     return Step("perf gate", status, result.skipped_reason or first_line)
 
@@ -259,7 +273,7 @@ def _steps_markdown(steps: Sequence[Step], ok: bool) -> str:
         "| step | status | time | detail |",
         "|---|---|---|---|",
     ]
-    icon = {"passed": "✅", "failed": "❌", "skipped": "⏭️"}
+    icon = {StepStatus.PASSED: "✅", StepStatus.FAILED: "❌", StepStatus.SKIPPED: "⏭️"}
     for s in steps:
         detail = " ".join(s.detail.split()).replace("|", "\\|")
         lines.append(
@@ -290,7 +304,11 @@ def _ci_steps(
         step = fn(*args)
         step.seconds = time.monotonic() - start
         steps.append(step)
-        style = {"passed": "green", "failed": "red", "skipped": "yellow"}[step.status]
+        style = {
+            StepStatus.PASSED: "green",
+            StepStatus.FAILED: "red",
+            StepStatus.SKIPPED: "yellow",
+        }[step.status]
         console.print(
             f"[{style}]{step.name}: {step.status}[/] ({step.seconds:.1f} s) {step.detail}",
             markup=True,
@@ -317,7 +335,8 @@ def _ci_steps(
         counts = _report.tier_counts(outcome.report) if outcome.report else {}
         total_counts = sum(counts.values(), Counter())
         detail = ", ".join(f"{n} {o}" for o, n in total_counts.items() if n) or "no report"
-        return Step(name, "passed" if outcome.exit_code == 0 else "failed", detail)
+        passed = outcome.exit_code == 0
+        return Step(name, StepStatus.PASSED if passed else StepStatus.FAILED, detail)
 
     console.rule(f"[2/{total}] cpu tiers: {', '.join(tier_names) or 'all'}")
     timed(tests_step, "cpu tiers", tier_names, "cpu")
@@ -326,7 +345,7 @@ def _ci_steps(
         timed(tests_step, "gpu tier", ["gpu"], "gpu")
     else:
         reason = "no CUDA device visible to torch on this machine"
-        steps.append(Step("gpu tier", "skipped", reason))
+        steps.append(Step("gpu tier", StepStatus.SKIPPED, reason))
         make_report_dir(report_dir / "gpu")
         _report.write_placeholders(
             report_dir / "gpu", _report.RunStatus.SKIPPED, reason, title="harness ci: gpu tier"
@@ -336,7 +355,7 @@ def _ci_steps(
     if perf:
         console.rule(f"[4/{total}] perf gate")
         timed(_perf_step, report_dir / "perf")
-    ok = all(s.status != "failed" for s in steps)
+    ok = all(s.status is not StepStatus.FAILED for s in steps)
     return ok, _steps_markdown(steps, ok) + "\n" + "\n".join(markdowns)
 
 

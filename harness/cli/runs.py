@@ -440,7 +440,8 @@ def flaky_command(
             )
         console.print(table)
     if quarantined:
-        sys.exit(5 if any(h.verdict == "could not run" for h in hunts) else 0)
+        could_not_run = any(h.verdict is _flaky.Verdict.COULD_NOT_RUN for h in hunts)
+        sys.exit(_flaky.EXIT_CODES[_flaky.Verdict.COULD_NOT_RUN] if could_not_run else 0)
     sys.exit(hunts[0].exit_code)
 
 

@@ -46,7 +46,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -88,6 +88,11 @@ ValidateFn = Callable[..., float]
 in eval mode; rank 0's value is the one every rank uses)."""
 
 _VAL_CHUNK = 4096  # validation examples per forward pass
+
+
+ResumeMode = Literal["auto", "never", "require"]
+"""``Trainer.run(resume=...)``: continue from ``latest.pt`` if there is one, refuse a directory
+that already holds checkpoints, or fail without one."""
 
 
 class StopReason(enum.StrEnum):
@@ -292,7 +297,7 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
 
-    def _resume(self, mode: str) -> tuple[str | None, list[str]]:
+    def _resume(self, mode: ResumeMode) -> tuple[str | None, list[str]]:
         """Find and restore the checkpoint to continue from. Returns (path, skipped problems)."""
         found: dict[str, Any] | None = None
         error: CheckpointError | None = None
@@ -317,7 +322,7 @@ class Trainer:
         self.last_checkpoint = CheckpointInfo(found["path"], self.step, self.epoch)
         return found["path"], found["skipped"]
 
-    def _find_resume(self, mode: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def _find_resume(self, mode: ResumeMode) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """({"path", "skipped"}, the checkpoint) or (None, None) for a fresh start."""
         if mode == "never":
             if self.store.has_checkpoints():
@@ -393,10 +398,10 @@ class Trainer:
 
     # ----------------------------------------------------------------------- the loop
 
-    def run(self, *, resume: str = "auto") -> TrainResult:
+    def run(self, *, resume: ResumeMode = "auto") -> TrainResult:
         """Train to the end. ``resume``: auto (continue from ``latest.pt`` if there is one),
         never (refuse a directory that already holds checkpoints), require (fail without one)."""
-        if resume not in ("auto", "never", "require"):
+        if resume not in get_args(ResumeMode):
             raise ValueError(f"resume must be auto, never or require, got {resume!r}")
         threads = torch.get_num_threads()
         self.steps_run = self.checkpoints_written = 0
@@ -421,7 +426,7 @@ class Trainer:
             self.metrics.close()
             torch.set_num_threads(threads)
 
-    def _run(self, resume: str) -> TrainResult:
+    def _run(self, resume: ResumeMode) -> TrainResult:
         self._check_run_dir()
         self._build()
         self.resumed_from, self.skipped = self._resume(resume)
