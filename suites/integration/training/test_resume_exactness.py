@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from harness import assert_equal
 from reference_impls.training import load_checkpoint
 
 # A fixed config seed: the schedule of kills below needs to know how long the run is (early
@@ -189,7 +190,7 @@ def assert_bit_identical(actual: dict, expected: dict, what: str) -> None:
     assert actual.keys() == expected.keys(), what
     for key, value in expected.items():
         if isinstance(value, torch.Tensor):
-            assert torch.equal(actual[key], value), f"{what}: {key} differs"
+            assert_equal(actual[key], value, bitwise=True, msg=f"{what}: {key} differs")
         elif isinstance(value, dict):
             assert_bit_identical(actual[key], value, f"{what}.{key}")
         else:

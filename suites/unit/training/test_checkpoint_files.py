@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import assert_equal
 from harness.artifacts import ArtifactError, check, load_schema
 from reference_impls.training import (
     BatchOrder,
@@ -59,7 +60,7 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     for key in a:
-        assert torch.equal(a[key], b[key]), key  # bit-identical: the same computation
+        assert_equal(a[key], b[key], bitwise=True, msg=key)  # the same computation
 
 
 # --------------------------------------------------------------------------- writing
@@ -71,7 +72,8 @@ def test_a_saved_checkpoint_reads_back_equal_and_leaves_no_temporary_file(tmp_pa
     save_checkpoint(state, tmp_path / "latest.pt")
 
     loaded = torch.load(tmp_path / "latest.pt", weights_only=True)
-    assert torch.equal(loaded["w"], state["w"]) and loaded["meta"] == {"step": 3}
+    assert_equal(loaded["w"], state["w"], bitwise=True)
+    assert loaded["meta"] == {"step": 3}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
 
 
@@ -193,7 +195,7 @@ def test_a_write_that_fails_midway_leaves_the_previous_latest_intact(tmp_path, m
         )
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
-    assert torch.equal(torch.load(tmp_path / "latest.pt", weights_only=True)["w"], torch.ones(1000))
+    assert_equal(torch.load(tmp_path / "latest.pt", weights_only=True)["w"], torch.ones(1000))
 
 
 # --------------------------------------------------------------------------- damaged files
