@@ -26,6 +26,7 @@ from reference_impls.training import (
     ConfigError,
     TrainConfig,
     Trainer,
+    checkpoint_io,
     load_checkpoint,
     save_checkpoint,
 )
@@ -112,7 +113,7 @@ def test_the_new_file_is_synced_before_any_name_moves_and_the_directory_after(
     save_generations(tmp_path, 3)
     reused = (tmp_path / "latest.prev2.pt").stat().st_ino
     events = []
-    real_fdatasync, real_fsync, real_replace = checkpoint_module._fdatasync, os.fsync, os.replace
+    real_fdatasync, real_fsync, real_replace = checkpoint_io._fdatasync, os.fsync, os.replace
 
     def fdatasync(fd):
         events.append("sync file")
@@ -127,7 +128,7 @@ def test_the_new_file_is_synced_before_any_name_moves_and_the_directory_after(
         events.append(f"rename to {'the temporary file' if '.tmp-' in name else name}")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint_module, "_fdatasync", fdatasync)
+    monkeypatch.setattr(checkpoint_io, "_fdatasync", fdatasync)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     save_checkpoint(
@@ -178,17 +179,15 @@ def test_after_a_fallback_the_only_good_generation_is_not_reused_for_the_next_wr
 
 def test_a_write_that_fails_midway_leaves_the_previous_latest_intact(tmp_path, monkeypatch):
     save_checkpoint({"w": torch.ones(1000)}, tmp_path / "latest.pt")
-    real_write_all = checkpoint_module._DurableWriter._write_all
+    real_write_all = checkpoint_io._DurableWriter._write_all
 
     def disk_full_after_the_first_write(self, view):
         if self._written > 0:
             raise OSError(28, "No space left on device")
         return real_write_all(self, view)
 
-    monkeypatch.setattr(checkpoint_module, "_SMALL_WRITE", 16)  # so that there are several writes
-    monkeypatch.setattr(
-        checkpoint_module._DurableWriter, "_write_all", disk_full_after_the_first_write
-    )
+    monkeypatch.setattr(checkpoint_io, "_SMALL_WRITE", 16)  # so that there are several writes
+    monkeypatch.setattr(checkpoint_io._DurableWriter, "_write_all", disk_full_after_the_first_write)
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(
             {"w": torch.zeros(1000)}, tmp_path / "latest.pt", previous=[tmp_path / "latest.prev.pt"]
