@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from reference_impls.collectives.busbw import BenchSpec, measure
 from reference_impls.scaling.profiler import StepProfiler
 from reference_impls.scaling.stragglers import host_facts
+from reference_impls.seeds import mix_seed
 from reference_impls.training.config import ModelConfig, OptimizerConfig, OptimizerName
 from reference_impls.training.model import build_model, build_optimizer
 
@@ -116,7 +117,7 @@ def _loader(
     data = SyntheticBatches(
         batch,
         cfg.in_features,
-        seed=cfg.seed * 1000 + rank,
+        seed=mix_seed(cfg.seed, "loader", rank),
         sleep_ms=cfg.loader_sleep_ms,
         fail_at=cfg.loader_fail_at,
     )

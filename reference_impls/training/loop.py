@@ -52,6 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference_impls import atomic
+from reference_impls.seeds import mix_seed
 from reference_impls.training.checkpoint import (
     FORMAT,
     CheckpointError,
@@ -62,7 +64,7 @@ from reference_impls.training.checkpoint import (
     load_checkpoint,
 )
 from reference_impls.training.config import ConfigError, TrainConfig
-from reference_impls.training.data import BatchOrder, derive_seed, make_datasets
+from reference_impls.training.data import BatchOrder, make_datasets
 from reference_impls.training.distributed import DistContext
 from reference_impls.training.early_stopping import EarlyStopping
 from reference_impls.training.metrics import MetricsLog
@@ -279,7 +281,7 @@ class Trainer:
         self.train_set, self.val_set = make_datasets(cfg.data, cfg.model, cfg.seed)
         self.model = build_model(cfg.model).to(self.device)
         # Each rank then draws from its own stream (its own dropout masks).
-        seed_all(derive_seed(cfg.seed, "rank", self.dist.rank))
+        seed_all(mix_seed(cfg.seed, "rank", self.dist.rank))
         self.order = BatchOrder(
             cfg.data.num_train,
             cfg.data.batch_size,
@@ -374,7 +376,7 @@ class Trainer:
                 state["world_size"],
                 self.dist.rank,
             )
-            seed_all(derive_seed(self.config.seed, "rank", self.dist.rank, "step", self.step))
+            seed_all(mix_seed(self.config.seed, "rank", self.dist.rank, "step", self.step))
 
     def state_dict(self, rng_states: list[dict[str, Any]]) -> dict[str, Any]:
         """The checkpoint (without ``saved_at``, which the store adds)."""
@@ -656,6 +658,5 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     data = {
         k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    # Not durable: result.json summarises the run; the checkpoints are the durable state.
+    atomic.write_text(path, json.dumps(data, indent=2) + "\n", durable=False)
