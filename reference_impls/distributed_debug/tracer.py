@@ -45,6 +45,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch._C._distributed_c10d import Store
 
+from reference_impls import atomic
 from reference_impls.distributed_debug.config import TraceConfig, TracerError
 from reference_impls.distributed_debug.records import CallSite, RankDump, RankState, Record
 
@@ -589,9 +590,8 @@ class Tracer:
         """Write this rank's records to ``directory/rank{rank}.json`` (for offline analysis)."""
         path = Path(directory) / f"rank{self.rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.dump(reason="dump").dumps())
-        tmp.replace(path)
+        # Not durable: a dump is for offline analysis of this run, not state to resume from.
+        atomic.write_text(path, self.dump(reason="dump").dumps(), durable=False)
         return path
 
     # --- lifecycle ---

@@ -32,6 +32,7 @@ STUBS = ROOT / ".github" / "act-stubs"
 ACTRC = ROOT / ".actrc"
 
 CI_JOBS = {
+    "lint",
     "unit-property",
     "unit-property-merge",
     "pr-fast",
