@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.seeding import derive_seed
+from harness.seeding import node_seed
 
 pytest.importorskip("xdist")
 
@@ -81,7 +81,7 @@ def test_integration_and_distributed_tests_share_one_worker_with_their_node_ids_
     serial = {r["worker"] for r in rows if "/unit/" not in r["nodeid"]}
     assert len(serial) == 1, rows  # all five on one worker
     assert all("@" not in r["nodeid"] for r in rows)
-    assert all(r["seed"] == derive_seed(11, r["nodeid"]) for r in rows)
+    assert all(r["seed"] == node_seed(11, r["nodeid"]) for r in rows)
     report = json.loads((pytester.path / "r.json").read_text())
     assert sorted(t["nodeid"] for t in report["tests"]) == sorted(r["nodeid"] for r in rows)
 
