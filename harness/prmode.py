@@ -64,6 +64,14 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
         if base_ref:  # the user named it: a typo must not silently run everything
             raise
         return Plan(selection=None, note=f"pull-request mode fell back to the full run: {exc}")
+    if not changed:
+        # Nothing differs from the base: this is the base itself (main, a fresh clone). A run
+        # that selected nothing would pass without checking anything, so test everything.
+        return Plan(
+            selection=None,
+            note=f"pull-request mode fell back to the full run: nothing changed since "
+            f"{refs[0]} ({base[:10]}), so there is no change to select from",
+        )
     sel = _selection.select(root, changed, base=base)
     xdist = (
         ("-p", "harness.xdist_groups", f"--numprocesses={workers}")

@@ -124,12 +124,21 @@ def test_pr_mode_runs_what_a_change_reaches_nothing_for_no_change_and_all_for_th
     _git(root, "commit", "-qm", "base")
     _git(root, "checkout", "-qb", "feature")
 
-    # No change: nothing to test, said so, and the run passes.
+    # No change (the base itself, e.g. a fresh clone of main): a selection would be empty and
+    # pass without testing anything, so the run falls back to every test, saying why.
     result, selection = _ci(pytester)
     assert result.ret == 0, result.stdout.str()
-    assert selection["changed"] == [] and selection["tests"] == []
+    assert selection["full_run"] and "nothing changed since main" in selection["note"]
+    assert len(logged()) == 7
+
+    # A documentation-only change reaches no test: skipped, and said so.
+    (root / "NOTES.md").write_text("notes\n")
+    result, selection = _ci(pytester)
+    assert result.ret == 0, result.stdout.str()
+    assert selection["changed"] == ["NOTES.md"] and selection["tests"] == []
     result.stdout.fnmatch_lines(["*cpu tiers: skipped (no test file reaches the change*"])
     assert logged() == []
+    (root / "NOTES.md").unlink()
 
     # A one-line change in comp_b: its two test files, on two workers, nothing of comp_a.
     (root / "comp_b.py").write_text("VALUE = 2\n")  # and it breaks them
