@@ -1,6 +1,6 @@
 # The two commands of the quickstart, and their friends.
 #   make run    the main job: `harness ci` on the default tiers (what the GitHub workflow runs)
-#   make test   the full CPU test run (what .ci/run calls)
+#   make test   lint, format and type checks, then the full CPU test run (what .ci/run calls)
 # Each builds .venv from requirements/cpu.lock first when it is missing or older than the lock
 # or pyproject.toml, so on a fresh machine either is the only command needed.
 SHELL := /bin/bash
@@ -16,7 +16,7 @@ ARGS ?=
 
 help:
 	@echo "make run     the main job: harness ci on the default tiers (reports in reports/)"
-	@echo "make test    the full CPU test run (what .ci/run calls); ARGS='...' adds pytest args"
+	@echo "make test    make lint, then the full CPU test run (what .ci/run calls); ARGS='...' adds pytest args"
 	@echo "make lint    ruff (lint and format check) and mypy, as make test runs them"
 	@echo "make venv    build .venv from $(LOCK) if it is missing or stale"
 	@echo "make lock    regenerate requirements/*.lock from requirements/cpu.in"
@@ -37,8 +37,10 @@ $(STAMP): $(LOCK) pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/harness ci
 
-# pytest's exit code 5 means nothing was collected: a test run that ran nothing must not pass.
-test: $(STAMP)
+# Lint, format and types gate the tests: a style or type error fails `make test` (and so
+# .ci/run) before any test runs. pytest's exit code 5 means nothing was collected: a test run
+# that ran nothing must not pass.
+test: $(STAMP) lint
 	@rc=0; $(PY) -m pytest $(ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "!! pytest collected no tests (exit 5): failing the run" >&2; fi; \
 	exit $$rc

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -136,7 +137,7 @@ class Drift:
         """One line per drifting package, missing first, then wrong versions, then extras."""
         return [str(p) for p in (*self.missing, *self.wrong_version, *self.extra)]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: ``lock``, ``locked``, ``clean``, and the three lists."""
         return {
             "lock": str(self.lock),
@@ -151,7 +152,7 @@ class Drift:
         }
 
 
-def default_lock_path(start: str | os.PathLike | None = None) -> Path:
+def default_lock_path(start: str | os.PathLike[str] | None = None) -> Path:
     """``requirements/cpu.lock`` under the project root.
 
     The project root is the nearest directory at or above ``start`` (default: the current
@@ -164,7 +165,7 @@ def default_lock_path(start: str | os.PathLike | None = None) -> Path:
     return here / DEFAULT_LOCK
 
 
-def read_lock(path: str | os.PathLike) -> list[LockEntry]:
+def read_lock(path: str | os.PathLike[str]) -> list[LockEntry]:
     """Parse a lock file; raise :class:`LockFileError` naming ``file:line`` for a bad line."""
     path = Path(path)
     try:
@@ -222,7 +223,9 @@ def installed_distributions() -> dict[str, str]:
     return dict(found.values())
 
 
-def check(lock_path: str | os.PathLike, *, distributions: Mapping[str, str] | None = None) -> Drift:
+def check(
+    lock_path: str | os.PathLike[str], *, distributions: Mapping[str, str] | None = None
+) -> Drift:
     """Compare installed distributions with the lock file at ``lock_path``.
 
     ``distributions`` (``{name: version}``) replaces what is installed, for tests and for
@@ -234,7 +237,9 @@ def check(lock_path: str | os.PathLike, *, distributions: Mapping[str, str] | No
     entries = read_lock(lock_path)
     if distributions is None:
         distributions = installed_distributions()
-    installed = {canonicalize_name(name): (name, ver) for name, ver in distributions.items()}
+    installed: dict[str, tuple[str, str]] = {
+        canonicalize_name(name): (name, ver) for name, ver in distributions.items()
+    }
 
     missing, wrong = [], []
     applicable = 0
@@ -314,7 +319,7 @@ FINGERPRINT_KEYS = (
 )
 
 
-def fingerprint(*, cwd: str | os.PathLike | None = None) -> dict:
+def fingerprint(*, cwd: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Describe this machine and software stack; keys and types are :data:`FINGERPRINT_KEYS`.
 
     Never fails for a missing piece (no torch, no GPU, no nvidia-smi, no git): that key is None
@@ -322,7 +327,7 @@ def fingerprint(*, cwd: str | os.PathLike | None = None) -> dict:
     ``cwd`` is the directory whose git commit is reported (default: the current directory).
     """
     versions = {name: _version(name) for name in ("torch", "triton", "numpy")}
-    cuda_available, cuda_version, torch_gpus = False, None, []
+    cuda_available, cuda_version, torch_gpus = False, None, list[str]()
     if versions["torch"] is not None:
         cuda_available, cuda_version, torch_gpus = _torch_cuda()
     smi_names, driver = _nvidia_smi()

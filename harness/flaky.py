@@ -24,6 +24,7 @@ are: a quarantined failure counts as a failure.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import subprocess
@@ -31,17 +32,29 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import seeding
 
-__all__ = ["EXIT_CODES", "Hunt", "RunResult", "classify", "hunt", "run_once"]
+__all__ = ["EXIT_CODES", "Hunt", "RunResult", "Verdict", "classify", "hunt", "run_once"]
+
+
+class Verdict(enum.StrEnum):
+    """What the hunt concluded (the table above); written to flaky.json as its value."""
+
+    STABLE = "stable"
+    DETERMINISTIC_FAILURE = "deterministic failure"
+    SEED_DEPENDENT = "seed-dependent"
+    NONDETERMINISTIC = "nondeterministic"
+    COULD_NOT_RUN = "could not run"
+
 
 EXIT_CODES = {
-    "stable": 0,
-    "deterministic failure": 1,
-    "seed-dependent": 3,
-    "nondeterministic": 4,
-    "could not run": 5,
+    Verdict.STABLE: 0,
+    Verdict.DETERMINISTIC_FAILURE: 1,
+    Verdict.SEED_DEPENDENT: 3,
+    Verdict.NONDETERMINISTIC: 4,
+    Verdict.COULD_NOT_RUN: 5,
 }
 
 _FAIL = ("failed", "error", "quarantined", "timeout")
@@ -65,7 +78,7 @@ class Hunt:
     same_seed: list[RunResult]
     new_seeds: list[RunResult]
     confirmations: list[RunResult]
-    verdict: str = ""
+    verdict: Verdict = Verdict.COULD_NOT_RUN
     detail: str = ""
 
     @property
@@ -76,10 +89,10 @@ class Hunt:
     def failing_seeds(self) -> list[int]:
         return sorted({r.seed for r in self.same_seed + self.new_seeds if r.failed})
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "test": self.test,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "exit_code": self.exit_code,
             "detail": self.detail,
             "base_seed": self.base_seed,
@@ -161,16 +174,16 @@ def classify(
     same_seed: Sequence[RunResult],
     new_seeds: Sequence[RunResult],
     confirmations: Sequence[RunResult],
-) -> tuple[str, str]:
+) -> tuple[Verdict, str]:
     """(verdict, one-line detail) from the three groups of runs."""
     everything = [*same_seed, *new_seeds, *confirmations]
     unrunnable = [r for r in everything if r.outcome in ("not run", "skipped")]
     if unrunnable:
         r = unrunnable[0]
-        return "could not run", f"{r.outcome}: {r.message}"
+        return Verdict.COULD_NOT_RUN, f"{r.outcome}: {r.message}"
     same_fail = [r.failed for r in same_seed]
     if any(same_fail) and not all(same_fail):
-        return "nondeterministic", (
+        return Verdict.NONDETERMINISTIC, (
             f"{sum(same_fail)} of {len(same_fail)} runs under the same seed "
             f"{same_seed[0].seed} failed"
         )
@@ -179,14 +192,17 @@ def classify(
         by_seed.setdefault(r.seed, set()).add(r.failed)
     flipping = sorted(seed for seed, outcomes in by_seed.items() if len(outcomes) > 1)
     if flipping:
-        return "nondeterministic", f"seed(s) {flipping} both passed and failed"
+        return Verdict.NONDETERMINISTIC, f"seed(s) {flipping} both passed and failed"
     failing = sorted(seed for seed, outcomes in by_seed.items() if True in outcomes)
     if not failing:
-        return "stable", f"passed all {len(everything)} runs"
+        return Verdict.STABLE, f"passed all {len(everything)} runs"
     if len(failing) == len(by_seed):
         first = next(r for r in everything if r.failed)
-        return "deterministic failure", f"failed under all {len(by_seed)} seeds: {first.message}"
-    return "seed-dependent", (
+        return (
+            Verdict.DETERMINISTIC_FAILURE,
+            f"failed under all {len(by_seed)} seeds: {first.message}",
+        )
+    return Verdict.SEED_DEPENDENT, (
         f"{len(failing)} of {len(by_seed)} seeds fail, each reproducibly: {failing}"
     )
 

@@ -19,25 +19,24 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
+import functools
 import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import atomic, seeding
 from harness import goldens as _goldens
 from harness import quarantine as _quarantine
 from harness import report as _report
+from harness import seeding
 from harness import tiers as _tiers
 
 SEED_CACHE_KEY = "harness/seed"
-JSON_REPORT_VERSION = 1
 
 
 def is_ci() -> bool:
@@ -100,7 +99,7 @@ QUARANTINED = pytest.StashKey[_quarantine.Entry]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     # Profiles must exist before hypothesis's own pytest_configure loads --hypothesis-profile,
     # and plugin configure order is not ours to choose: addoption runs before any configure.
-    _register_hypothesis_profiles()
+    seeding.register_hypothesis_profiles()
     group = parser.getgroup("harness", "ml-harness: tiers, seeds, goldens, quarantine")
     group.addoption(
         "--tier",
@@ -234,85 +233,18 @@ def _selected_tiers(config: pytest.Config, tiers: dict[str, _tiers.Tier]) -> lis
     return list(dict.fromkeys(names))
 
 
-def _register_hypothesis_profiles() -> bool:
-    """Register the harness's hypothesis profiles; False when hypothesis is not installed.
-
-    ``ci`` is derandomized (the same examples on every run, so CI is not a lottery) and keeps
-    no example database; ``nightly`` runs many more examples from fresh randomness; ``dev`` is
-    hypothesis's defaults seeded from the run's base seed. Deadlines are off everywhere: on
-    shared CI runners a slow example is noise, not a bug.
-    """
+def _load_hypothesis_profile(config: pytest.Config, ci: bool, seed: int) -> str | None:
+    """The hypothesis profile of the run (``harness.seeding.load_hypothesis_profile``); a bad
+    ``$HYPOTHESIS_PROFILE`` is a usage error."""
     try:
-        from hypothesis import HealthCheck, settings
-    except ImportError:
-        return False
-    # Explicit parent: register_profile otherwise inherits from whatever profile is loaded now.
-    base = settings.get_profile("default")
-    # A 2-core shared runner makes data generation look slow; that is not the code's fault.
-    slow_ok = [HealthCheck.too_slow]
-    settings.register_profile("dev", base, deadline=None)
-    settings.register_profile(
-        "ci",
-        base,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=slow_ok,
-    )
-    settings.register_profile(
-        "nightly",
-        base,
-        max_examples=2000,
-        database=None,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=slow_ok,
-    )
-    return True
-
-
-def _setup_hypothesis(config: pytest.Config, ci: bool, seed: int) -> str | None:
-    """Load the profile: ``--hypothesis-profile`` (hypothesis loads it itself), else
-    ``$HYPOTHESIS_PROFILE``, else ``ci`` under CI and ``dev`` elsewhere."""
-    if "hypothesis" not in sys.modules:
-        return None
-    import hypothesis
-    from hypothesis import settings
-
-    chosen = config.getoption("hypothesis_profile", None)
-    if chosen is None:
-        chosen = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ci else "dev")
-        try:
-            settings.load_profile(chosen)
-        except hypothesis.errors.InvalidArgument as exc:
-            raise pytest.UsageError(f"$HYPOTHESIS_PROFILE: {exc}") from None
-    if not settings().derandomize and config.getoption("hypothesis_seed", None) is None:
-        # Tie hypothesis's randomness to the run's seed so --harness-seed replays it too.
-        import hypothesis.core
-
-        hypothesis.core.global_force_seed = seed
-    return chosen
-
-
-def _quarantine_problems(
-    entries: list[_quarantine.Entry], rootpath: Path, path: Path, today: dt.date
-) -> list[str]:
-    problems = []
-    for entry in entries:
-        where = f"{path.name}:{entry.line}"
-        if entry.is_expired(today):
-            problems.append(
-                f"{where}: quarantine of {entry.test} expired on {entry.expires} "
-                f"({entry.issue}); fix the test, or extend the entry with a reason"
-            )
-        missing = _quarantine.existence_problem(rootpath, entry.test)
-        if missing:
-            problems.append(
-                f"{where}: stale quarantine entry {entry.test}: {missing}; remove it "
-                f"(harness quarantine remove '{entry.test}')"
-            )
-    return problems
+        return seeding.load_hypothesis_profile(
+            config.getoption("hypothesis_profile", None),
+            ci=ci,
+            seed=seed,
+            force_seed=config.getoption("hypothesis_seed", None) is None,
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -357,10 +289,10 @@ def pytest_configure(config: pytest.Config) -> None:
         ci=ci,
         quarantine_path=quarantine_path,
         quarantine=entries,
-        quarantine_problems=_quarantine_problems(
+        quarantine_problems=_quarantine.problems(
             entries, rootpath, quarantine_path, dt.date.today()
         ),
-        hypothesis_profile=_setup_hypothesis(config, ci, seed),
+        hypothesis_profile=_load_hypothesis_profile(config, ci, seed),
         update_goldens=config.getoption("harness_update_goldens"),
         # Defaults come back as written (relative); values from an ini file come back absolute.
         untiered_dirs=[rootpath / p for p in config.getini("harness_untiered_dirs")],
@@ -512,7 +444,7 @@ def pytest_collection_modifyitems(
 
 
 def _test_seed(state: HarnessState, nodeid: str) -> int:
-    return seeding.derive_seed(state.seed, nodeid)
+    return seeding.node_seed(state.seed, nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -552,11 +484,16 @@ def _quarantine_info(entry: _quarantine.Entry) -> dict[str, Any]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # The harness_* attributes ride on the report's __dict__, which pytest-xdist serialises
+    # from the workers; they are read back with getattr(report, "harness_...", None).
     report: pytest.TestReport = yield
     state = item.config.stash[STATE]
-    report.harness_tier = item.stash.get(TIER, None)
-    report.harness_seed = _test_seed(state, item.nodeid)
+    extra = vars(report)
+    extra["harness_tier"] = item.stash.get(TIER, None)
+    extra["harness_seed"] = _test_seed(state, item.nodeid)
     entry = item.stash.get(QUARANTINED, None)
     if report.failed:
         report.sections.append(("harness: reproduce with", repro_command(state, item.nodeid)))
@@ -564,7 +501,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             # Quarantine turns the failure into a reported, non-gating outcome. The failure
             # text is kept for the summary and the reports: quarantine hides nothing.
             message = _crash_message(report)
-            report.harness_quarantine = {
+            extra["harness_quarantine"] = {
                 **_quarantine_info(entry),
                 "failure": message,
                 "longrepr": str(report.longrepr),
@@ -573,7 +510,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             report.wasxfail = f"quarantined ({entry.issue}): {entry.reason}; failed: {message}"
             item.user_properties.append(("harness_quarantined", f"failed in {report.when}"))
     elif entry is not None and report.when == "call" and report.passed:
-        report.harness_quarantine = {**_quarantine_info(entry), "failure": None}
+        extra["harness_quarantine"] = {**_quarantine_info(entry), "failure": None}
         item.user_properties.append(("harness_quarantined", "passed"))
     return report
 
@@ -808,70 +745,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     path = config.getoption("harness_json")
     if path:
-        write_json_report(
+        _report.write_json_report(
             Path(path),
             state,
             int(session.exitstatus),
+            over_budget={record.nodeid for record, _ in _over_budget(state)},
+            repro=functools.partial(repro_command, state),
             fingerprint=not config.getoption("harness_no_fingerprint"),
         )
-
-
-def write_json_report(
-    path: Path, state: HarnessState, exit_status: int, *, fingerprint: bool = True
-) -> None:
-    """The machine-readable record of the run that ``harness run`` renders into reports."""
-    environment: dict[str, Any] = {}
-    if fingerprint:
-        try:
-            from harness.environment import fingerprint as _fingerprint
-
-            environment = _fingerprint(cwd=state.rootpath)
-        except Exception as exc:  # a report without a fingerprint beats no report
-            environment = {"error": f"fingerprint failed: {exc}"}
-    tiers = {
-        name: {
-            "description": tier.description,
-            "needs": list(tier.needs),
-            "budget_s": tier.budget_s,
-            "selected": not state.selected or name in state.selected,
-            "skipped_reason": state.tier_skips.get(name),
-        }
-        for name, tier in state.tiers.items()
-    }
-    over = {record.nodeid for record, _ in _over_budget(state)}
-    report = {
-        "version": JSON_REPORT_VERSION,
-        "seed": state.seed,
-        "seed_source": state.seed_source,
-        "deterministic": state.deterministic,
-        "ci": state.ci,
-        "hypothesis_profile": state.hypothesis_profile,
-        "started": dt.datetime.fromtimestamp(state.started, dt.UTC).isoformat(),
-        "duration_s": round(time.time() - state.started, 3),
-        "exit_status": exit_status,
-        "status": str(
-            _report.run_status({"exit_status": exit_status, "interrupted": state.interrupted})
-        ),
-        "interrupted": state.interrupted,
-        "tiers": tiers,
-        "quarantine": {
-            "path": str(state.quarantine_path),
-            "entries": len(state.quarantine),
-            "problems": state.quarantine_problems,
-        },
-        "goldens": [{"nodeid": n, "action": a, "name": g} for n, a, g in state.golden_events],
-        "environment": environment,
-        "tests": [
-            {
-                **dataclasses.asdict(r),
-                "duration_s": round(r.duration_s, 4),
-                "over_budget": r.nodeid in over,
-                "repro": repro_command(state, r.nodeid)
-                if r.outcome in ("failed", "error", "quarantined")
-                else None,
-            }
-            for r in state.records.values()
-        ],
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(path, json.dumps(report, indent=2, default=str) + "\n")

@@ -33,6 +33,7 @@ import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import tomlkit
@@ -52,6 +53,7 @@ __all__ = [
     "find",
     "load",
     "node_id_problem",
+    "problems",
     "remove",
 ]
 
@@ -114,14 +116,14 @@ class QuarantineError(ValueError):
     is not on a line of the file, e.g. removing a test that has no entry).
     """
 
-    def __init__(self, path: os.PathLike | str, line: int, problem: str) -> None:
+    def __init__(self, path: os.PathLike[str] | str, line: int, problem: str) -> None:
         self.path = Path(path)
         self.line = line
         self.problem = problem
         where = f"{path}:{line}" if line else f"{path}"
         super().__init__(f"{where}: {problem}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[QuarantineError], tuple[Path, int, str]]:
         return (type(self), (self.path, self.line, self.problem))
 
 
@@ -163,7 +165,7 @@ class Entry:
         return (self.expires - today).days
 
 
-def load(path: os.PathLike | str) -> list[Entry]:
+def load(path: os.PathLike[str] | str) -> list[Entry]:
     """Read and validate a quarantine file; a missing or empty file is an empty quarantine.
 
     Raises ``QuarantineError`` (``PATH:LINE: ...``) for the first problem found.
@@ -187,7 +189,7 @@ def find(entries: Iterable[Entry], nodeid: str) -> Entry | None:
 
 
 def add(
-    path: os.PathLike | str,
+    path: os.PathLike[str] | str,
     test: str,
     *,
     reason: str,
@@ -263,10 +265,12 @@ def add(
     base = text if text is not None and text.strip() else DEFAULT_HEADER
     new_text = _insert_block(base, _render(values))
     written = _write_validated(path, new_text)
-    return find(written, test)
+    found = find(written, test)
+    assert found is not None  # the file was just written with it and validated
+    return found
 
 
-def remove(path: os.PathLike | str, test: str) -> Entry:
+def remove(path: os.PathLike[str] | str, test: str) -> Entry:
     """Delete the entry for exactly ``test`` and return it; other lines are kept as they are.
 
     An unknown test is a ``QuarantineError`` that names the closest entries.
@@ -277,6 +281,7 @@ def remove(path: os.PathLike | str, test: str) -> Entry:
     target = next((entry for entry in entries if entry.test == test), None)
     if target is None:
         raise QuarantineError(path, 0, _not_found(test, entries, exists=text is not None))
+    assert text is not None  # an entry was found in it
 
     lines = text.split("\n")
     preamble, blocks = _split_blocks(lines)
@@ -366,7 +371,7 @@ def _parse(path: Path, text: str) -> list[Entry]:
         header_line = header + 1
         end = _block_end(lines, header)
 
-        def key_line(key: str, header=header, end=end) -> int:
+        def key_line(key: str, header: int = header, end: int = end) -> int:
             return _key_line(lines, key, header + 1, end) or header + 1
 
         for key in raw:
@@ -405,7 +410,7 @@ def _parse(path: Path, text: str) -> list[Entry]:
     return entries
 
 
-def _first_problem(values: dict) -> tuple[str, str] | None:
+def _first_problem(values: dict[str, Any]) -> tuple[str, str] | None:
     """The first (key, message) wrong with one entry's values, or None when they are valid."""
     for key in ("test", "reason", "issue"):
         value = values[key]
@@ -486,6 +491,27 @@ def node_id_problem(test: str) -> str | None:
             f"project with plain folder names, e.g. {_NODE_ID_EXAMPLE!r}"
         )
     return None
+
+
+def problems(entries: list[Entry], root: Path, path: Path, today: datetime.date) -> list[str]:
+    """What makes the quarantine file at ``path`` fail a run: entries that expired before
+    ``today``, and entries whose test no longer exists under ``root`` (stale). Each names the
+    entry's line and the fix."""
+    found = []
+    for entry in entries:
+        where = f"{path.name}:{entry.line}"
+        if entry.is_expired(today):
+            found.append(
+                f"{where}: quarantine of {entry.test} expired on {entry.expires} "
+                f"({entry.issue}); fix the test, or extend the entry with a reason"
+            )
+        missing = existence_problem(root, entry.test)
+        if missing:
+            found.append(
+                f"{where}: stale quarantine entry {entry.test}: {missing}; remove it "
+                f"(harness quarantine remove '{entry.test}')"
+            )
+    return found
 
 
 def existence_problem(root: Path, test: str) -> str | None:
@@ -571,7 +597,7 @@ def _toml_type(value: object) -> str:
     return type(value).__name__
 
 
-def _key_pattern(key: str) -> re.Pattern:
+def _key_pattern(key: str) -> re.Pattern[str]:
     name = re.escape(key)
     return re.compile(rf"""^\s*(?:{name}|"{name}"|'{name}')\s*[=.]""")
 
@@ -642,7 +668,7 @@ def _not_found(test: str, entries: list[Entry], *, exists: bool) -> str:
 
 def _split_blocks(lines: list[str]) -> tuple[list[str], list[list[str]]]:
     headers = [number for number, line in enumerate(lines) if _QUARANTINE_HEADER.match(line)]
-    starts = []
+    starts: list[int] = []
     for header in headers:
         start = header
         while start > 0 and lines[start - 1].lstrip().startswith("#"):
@@ -673,7 +699,7 @@ def _join(preamble: list[str], blocks: list[list[str]]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def _render(values: dict) -> list[str]:
+def _render(values: dict[str, Any]) -> list[str]:
     return ["[[quarantine]]"] + [f"{key} = {tomlkit.item(values[key]).as_string()}" for key in KEYS]
 
 
@@ -688,7 +714,8 @@ def _insert_block(text: str, block: list[str]) -> str:
 def _block_test(block: list[str]) -> str:
     # Parsing one block alone is enough: the whole file was validated before the edit.
     header = next(n for n, line in enumerate(block) if _QUARANTINE_HEADER.match(line))
-    return tomllib.loads("\n".join(block[header:]))["quarantine"][0]["test"]
+    test: str = tomllib.loads("\n".join(block[header:]))["quarantine"][0]["test"]
+    return test
 
 
 def _write_validated(path: Path, text: str) -> list[Entry]:

@@ -6,26 +6,32 @@
                  and, when quarantined, ``harness_quarantined`` properties; a quarantined
                  failure is a ``<skipped type="pytest.xfail">`` whose message holds the reason,
                  the tracking link and the failure)
-``report.json``  the plugin's JSON report (:func:`harness.plugin.write_json_report`)
+``report.json``  the plugin's JSON report (:func:`write_json_report`, read by :func:`load`)
 ``summary.md``   :func:`render_markdown` of the JSON report, also appended to
                  ``$GITHUB_STEP_SUMMARY`` when that is set
 
-Nothing here imports pytest: the JSON report is the interface.
+Nothing here imports pytest at run time: the JSON report is the interface (the plugin's
+run state is imported for type checking only).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import enum
 import json
 import os
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import atomic
+
+if TYPE_CHECKING:
+    from harness.plugin import HarnessState
 
 __all__ = [
     "OUTCOMES",
@@ -39,10 +45,12 @@ __all__ = [
     "render_markdown",
     "run_status",
     "tier_counts",
+    "write_json_report",
     "write_placeholders",
 ]
 
 REPORT_FILES = ("junit.xml", "report.json", "summary.md")
+JSON_REPORT_VERSION = 1
 """The reports of one ``harness run``, all in its report directory."""
 
 
@@ -71,7 +79,8 @@ _GATING = ("failed", "error")
 def load(path: Path) -> dict[str, Any]:
     """Read a JSON report, with an error that names the file when it is missing or broken."""
     try:
-        return json.loads(Path(path).read_text())
+        data: dict[str, Any] = json.loads(Path(path).read_text())
+        return data
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path}: no JSON report; pytest did not get as far as writing one "
@@ -81,9 +90,77 @@ def load(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a valid JSON report ({exc})") from None
 
 
-def tier_counts(report: Mapping[str, Any]) -> dict[str, Counter]:
+def write_json_report(
+    path: Path,
+    state: HarnessState,
+    exit_status: int,
+    *,
+    over_budget: set[str],
+    repro: Callable[[str], str],
+    fingerprint: bool = True,
+) -> None:
+    """Write the machine-readable record of the run (read back by :func:`load`), atomically.
+
+    ``state`` is the plugin's record of the run; ``over_budget`` the node ids over their
+    tier's budget; ``repro(nodeid)`` the command that reruns one test under its seed.
+    """
+    environment: dict[str, Any] = {}
+    if fingerprint:
+        try:
+            from harness.environment import fingerprint as _fingerprint
+
+            environment = _fingerprint(cwd=state.rootpath)
+        except Exception as exc:  # a report without a fingerprint beats no report
+            environment = {"error": f"fingerprint failed: {exc}"}
+    tiers = {
+        name: {
+            "description": tier.description,
+            "needs": list(tier.needs),
+            "budget_s": tier.budget_s,
+            "selected": not state.selected or name in state.selected,
+            "skipped_reason": state.tier_skips.get(name),
+        }
+        for name, tier in state.tiers.items()
+    }
+    report = {
+        "version": JSON_REPORT_VERSION,
+        "seed": state.seed,
+        "seed_source": state.seed_source,
+        "deterministic": state.deterministic,
+        "ci": state.ci,
+        "hypothesis_profile": state.hypothesis_profile,
+        "started": dt.datetime.fromtimestamp(state.started, dt.UTC).isoformat(),
+        "duration_s": round(time.time() - state.started, 3),
+        "exit_status": exit_status,
+        "status": str(run_status({"exit_status": exit_status, "interrupted": state.interrupted})),
+        "interrupted": state.interrupted,
+        "tiers": tiers,
+        "quarantine": {
+            "path": str(state.quarantine_path),
+            "entries": len(state.quarantine),
+            "problems": state.quarantine_problems,
+        },
+        "goldens": [{"nodeid": n, "action": a, "name": g} for n, a, g in state.golden_events],
+        "environment": environment,
+        "tests": [
+            {
+                **dataclasses.asdict(r),
+                "duration_s": round(r.duration_s, 4),
+                "over_budget": r.nodeid in over_budget,
+                "repro": repro(r.nodeid)
+                if r.outcome in ("failed", "error", "quarantined")
+                else None,
+            }
+            for r in state.records.values()
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, json.dumps(report, indent=2, default=str) + "\n")
+
+
+def tier_counts(report: Mapping[str, Any]) -> dict[str, Counter[str]]:
     """``{tier: Counter(outcome -> n)}`` in the report's tier order; untiered tests under "-"."""
-    counts: dict[str, Counter] = defaultdict(Counter)
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
     for test in report.get("tests", []):
         counts[test.get("tier") or "-"][test["outcome"]] += 1
     order = [t for t in report.get("tiers", {}) if t in counts] + sorted(

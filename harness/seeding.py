@@ -17,10 +17,12 @@ import sys
 
 __all__ = [
     "CUBLAS_WORKSPACE_CONFIG",
-    "derive_seed",
+    "node_seed",
     "enable_determinism",
+    "load_hypothesis_profile",
     "new_base_seed",
     "parse_seed",
+    "register_hypothesis_profiles",
     "seed_everything",
 ]
 
@@ -57,7 +59,7 @@ def new_base_seed() -> int:
     return secrets.randbelow(2**SEED_BITS)
 
 
-def derive_seed(base_seed: int, nodeid: str) -> int:
+def node_seed(base_seed: int, nodeid: str) -> int:
     """The seed of one test: stable across processes and Python versions (no ``hash()``)."""
     digest = hashlib.sha256(f"{base_seed}:{nodeid}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % (1 << SEED_BITS)
@@ -97,3 +99,74 @@ def enable_determinism() -> None:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+
+def register_hypothesis_profiles() -> bool:
+    """Register the harness's hypothesis profiles; False when hypothesis is not installed.
+
+    ``ci`` is derandomized (the same examples on every run, so CI is not a lottery) and keeps
+    no example database; ``nightly`` runs many more examples from fresh randomness; ``dev`` is
+    hypothesis's defaults seeded from the run's base seed. Deadlines are off everywhere: on
+    shared CI runners a slow example is noise, not a bug.
+    """
+    try:
+        from hypothesis import HealthCheck, settings
+    except ImportError:
+        return False
+    # Explicit parent: register_profile otherwise inherits from whatever profile is loaded now.
+    base = settings.get_profile("default")
+    # A 2-core shared runner makes data generation look slow; that is not the code's fault.
+    slow_ok = [HealthCheck.too_slow]
+    settings.register_profile("dev", base, deadline=None)
+    settings.register_profile(
+        "ci",
+        base,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=slow_ok,
+    )
+    settings.register_profile(
+        "nightly",
+        base,
+        max_examples=2000,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=slow_ok,
+    )
+    return True
+
+
+def load_hypothesis_profile(
+    given: str | None, *, ci: bool, seed: int, force_seed: bool = True
+) -> str | None:
+    """Load the run's hypothesis profile and return its name (None: hypothesis not imported).
+
+    ``given`` is ``--hypothesis-profile`` (hypothesis has loaded it itself); without it,
+    ``$HYPOTHESIS_PROFILE``, else ``ci`` under CI and ``dev`` elsewhere. Unless the profile is
+    derandomized or ``force_seed`` is False (``--hypothesis-seed`` was given), hypothesis's
+    randomness is tied to ``seed`` so that replaying the run's seed replays its examples too.
+    Raises ``ValueError`` for an unknown ``$HYPOTHESIS_PROFILE``.
+    """
+    if "hypothesis" not in sys.modules:
+        return None
+    import hypothesis
+    from hypothesis import settings
+
+    chosen = given
+    if chosen is None:
+        chosen = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ci else "dev")
+        try:
+            settings.load_profile(chosen)
+        except hypothesis.errors.InvalidArgument as exc:
+            raise ValueError(f"$HYPOTHESIS_PROFILE: {exc}") from None
+    if not settings().derandomize and force_seed:
+        import hypothesis.core
+
+        hypothesis.core.global_force_seed = seed  # type: ignore[assignment]  # typed None
+    return chosen

@@ -62,10 +62,14 @@ class Tier:
     needs: tuple[str, ...] = ()
     """Need strings (module docstring); any missing one skips the whole tier with its reason."""
     budget_s: float | None = None
-    """Per-test wall-clock budget (setup + call + teardown); tests over it are listed in the
-    summary. None: no budget. It is reported, never enforced: a slow test is information."""
+    """Per-test wall-clock budget of the call phase (set-up and tear-down are left out: they
+    carry shared fixtures, whose cost lands on whichever test comes first or last); tests over
+    it are listed in the summary. None: no budget. It is reported, never enforced: a slow test
+    is information."""
     default: bool = True
-    """Whether ``harness run``/``harness ci`` select this tier when no ``--tier`` is given."""
+    """Whether ``harness ci``'s test step selects this tier when no ``--tier`` is given
+    (``harness run`` without ``--tier`` runs every tier). The gpu tier is not a default: it
+    has its own step, run when CUDA is present."""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -206,7 +210,7 @@ def missing_needs(needs: Iterable[str]) -> list[str]:
 
 
 # The built-in table. Budgets: unit tests are meant to be fast enough to run on every save
-# (2 s each, including fixtures); the other tiers do real work (servers, processes, training
+# (2 s each, the test body alone); the other tiers do real work (servers, processes, training
 # runs) and are bounded by the CI job's own timeout instead.
 DEFAULT_TIERS: Mapping[str, Tier] = {
     tier.name: tier
@@ -222,6 +226,11 @@ DEFAULT_TIERS: Mapping[str, Tier] = {
             description="real multi-process torch.distributed (gloo on CPU)",
             needs=("module:torch.distributed",),
         ),
-        Tier(name="gpu", description="CUDA kernels and NCCL on a GPU runner", needs=("cuda",)),
+        Tier(
+            name="gpu",
+            description="CUDA kernels and NCCL on a GPU runner",
+            needs=("cuda",),
+            default=False,
+        ),
     )
 }

@@ -77,7 +77,7 @@ def validate(files: tuple[Path, ...], schema_ref: str, allow_pickle: bool) -> No
     \b
     Tensor fields: { kind = "tensor", shape = ["B", 16], dtype = "float32", finite = true }:
     int dims are exact, names must agree across the file, "*" is any size. The full format is
-    in the docstring of harness/artifacts.py.
+    in the docstring of the harness.artifacts package.
     """
     unsupported = [str(f) for f in files if f.suffix.lower() not in lib.SUPPORTED_SUFFIXES]
     if unsupported:

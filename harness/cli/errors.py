@@ -1,4 +1,9 @@
-"""Errors shared by the command groups."""
+"""Errors shared by the command groups.
+
+Every command reports bad input one way: the library raises its own error (a ``ValueError``
+subclass such as ``TierConfigError`` or ``QuarantineError``, naming the bad value and the fix)
+and the command turns it into ``UsageProblem``, exit status 2.
+"""
 
 import click
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -150,7 +151,7 @@ def add(
           --reason 'dq mismatch 1e-2 on H100 only' --issue https://github.com/ORG/REPO/issues/7
     """
     if days is not None and expires is not None:
-        raise click.UsageError("give --days or --expires, not both")
+        raise UsageProblem("give --days or --expires, not both")
     try:
         entry = q.add(
             file,
@@ -200,7 +201,7 @@ def _load(file: Path) -> list[q.Entry]:
         raise UsageProblem(str(error)) from None
 
 
-def _as_json(entry: q.Entry, today: datetime.date) -> dict:
+def _as_json(entry: q.Entry, today: datetime.date) -> dict[str, Any]:
     return {
         "test": entry.test,
         "reason": entry.reason,

@@ -10,23 +10,17 @@ either::
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from reference_impls import atomic
 from reference_impls.async_sgd.server import UpdateRecord, UpdateStatus
 
 __all__ = ["LOG_NAME", "SUMMARY_NAME", "read_log", "read_summary", "write_run"]
 
 LOG_NAME = "staleness.jsonl"
 SUMMARY_NAME = "run.json"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def write_run(
@@ -36,8 +30,10 @@ def write_run(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(r.to_json()) + "\n" for r in records)
-    _atomic_write(run_dir / LOG_NAME, lines)
-    _atomic_write(run_dir / SUMMARY_NAME, json.dumps(dict(summary), indent=2, default=str) + "\n")
+    # Not durable: a rerun rewrites both; what matters is never reading half a file.
+    atomic.write_text(run_dir / LOG_NAME, lines, durable=False)
+    summary_text = json.dumps(dict(summary), indent=2, default=str) + "\n"
+    atomic.write_text(run_dir / SUMMARY_NAME, summary_text, durable=False)
     return run_dir
 
 

@@ -24,13 +24,13 @@ import collections
 import dataclasses
 import enum
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from reference_impls import atomic
 from reference_impls.async_sgd.policies import StalenessPolicy
 
 __all__ = [
@@ -348,12 +348,12 @@ class ParameterServer:
         self._recent_s.extend(int(s) for s in state["recent_staleness"])
 
     def save(self, path: str | Path) -> Path:
-        """Write :meth:`state_dict` atomically (temporary file, then rename)."""
+        """Write :meth:`state_dict` atomically and durably: a restarted server resumes from
+        it, so once this returns it survives a crash of the machine too."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
+        with atomic.replacing(path, durable=True) as tmp:
+            torch.save(self.state_dict(), tmp)
         return path
 
     def load(self, path: str | Path) -> None:

@@ -29,6 +29,7 @@ from reference_impls.collectives.ring import (
     RingPeerError,
     ring_all_reduce,
 )
+from reference_impls.seeds import mix_seed
 
 __all__ = [
     "Case",
@@ -90,7 +91,7 @@ class CaseResult:
 
 def make_input(case: Case, rank: int) -> torch.Tensor:
     """Rank ``rank``'s CPU input for ``case``: deterministic in (seed, rank, numel, dtype)."""
-    g = torch.Generator().manual_seed(case.seed * 1_000_003 + rank * 7919 + case.numel)
+    g = torch.Generator().manual_seed(mix_seed(case.seed, "input", rank, case.numel))
     dtype = getattr(torch, case.dtype)
     if case.integer_valued:
         bound = _VALUE_BOUND.get(case.dtype, 50)

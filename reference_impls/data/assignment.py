@@ -34,6 +34,7 @@ import bisect
 import dataclasses
 import random
 from collections.abc import Iterator, Sequence
+from typing import Literal, get_args
 
 __all__ = [
     "Segment",
@@ -44,7 +45,9 @@ __all__ = [
     "worker_lengths",
 ]
 
-UNEVEN_POLICIES = ("pad", "drop")
+Uneven = Literal["pad", "drop"]
+"""The policy for examples that do not divide evenly over the ranks (module docstring)."""
+UNEVEN_POLICIES: tuple[str, ...] = get_args(Uneven)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +65,7 @@ class Segment:
 
 
 def _check(
-    total: int, world_size: int, rank: int, num_workers: int, worker: int, uneven: str
+    total: int, world_size: int, rank: int, num_workers: int, worker: int, uneven: Uneven
 ) -> None:
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -93,7 +96,7 @@ def epoch_shard_order(num_shards: int, seed: int, epoch: int, shuffle: bool = Tr
     return order
 
 
-def rank_length(total: int, world_size: int, uneven: str = "pad") -> int:
+def rank_length(total: int, world_size: int, uneven: Uneven = "pad") -> int:
     """Samples every rank yields in one epoch (the same for all ranks)."""
     return -(-total // world_size) if uneven == "pad" else total // world_size
 
@@ -131,7 +134,7 @@ def plan_worker(
     world_size: int,
     worker: int = 0,
     num_workers: int = 1,
-    uneven: str = "pad",
+    uneven: Uneven = "pad",
     shuffle_shards: bool = True,
 ) -> list[Segment]:
     """The segments one worker of one rank reads this epoch, in reading order.

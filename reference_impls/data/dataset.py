@@ -39,12 +39,12 @@ import dataclasses
 import time
 from collections import deque
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .assignment import UNEVEN_POLICIES, Segment, ShuffleSchedule, plan_worker, rank_length
+from .assignment import UNEVEN_POLICIES, Segment, ShuffleSchedule, Uneven, plan_worker, rank_length
 from .cache import ShardCache
 from .errors import ManifestMismatchError
 from .manifest import Manifest
@@ -58,6 +58,10 @@ __all__ = ["DatasetConfig", "ShardedDataset"]
 STATE_FORMAT = "ml-harness-data-state/1"
 
 
+CacheVerify = Literal["crc32", "sha256", "size"]
+"""How a cached shard is checked before use (``DatasetConfig.cache_verify``)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DatasetConfig:
     """Everything about reading a sharded dataset; validated once, here."""
@@ -69,7 +73,7 @@ class DatasetConfig:
     shuffle_buffer: int = 1000
     """Samples held by each worker's shuffle buffer; 0 or 1: stored order. Memory is about
     ``shuffle_buffer`` samples per worker; the first sample waits for the buffer to fill."""
-    uneven: str = "pad"
+    uneven: Uneven = "pad"
     """Equal per-rank lengths: ``pad`` repeats (and flags) < world_size samples, ``drop``
     leaves < world_size out (see :mod:`.assignment`)."""
     rank: int | None = None
@@ -92,7 +96,7 @@ class DatasetConfig:
     """Local directory for the shard cache; None: no cache."""
     cache_max_bytes: int | None = None
     """Size limit of the cache (required with ``cache_dir``)."""
-    cache_verify: str = "crc32"
+    cache_verify: CacheVerify = "crc32"
     """How a cached file is checked before use: ``crc32`` (recorded when it was cached after a
     sha256 check), ``sha256`` (full hash every time) or ``size`` only."""
     retry: RetryConfig = dataclasses.field(default_factory=RetryConfig)
@@ -130,7 +134,7 @@ class DatasetConfig:
             )
         if self.cache_max_bytes is not None and self.cache_max_bytes <= 0:
             raise ValueError(f"cache_max_bytes must be > 0, got {self.cache_max_bytes}")
-        if self.cache_verify not in ("crc32", "sha256", "size"):
+        if self.cache_verify not in get_args(CacheVerify):
             raise ValueError(
                 f"cache_verify must be 'crc32', 'sha256' or 'size', got {self.cache_verify!r}"
             )

@@ -22,13 +22,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from reference_impls import atomic
 from reference_impls.collectives import LaunchConfig, LaunchError, launch
 from reference_impls.collectives.schedule import bus_bandwidth_factor
 from reference_impls.scaling import costmodel
@@ -737,6 +737,5 @@ def _projection(
 
 
 def dump_json(report: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    # Not durable: the report is rewritten by the next investigation.
+    atomic.write_text(path, json.dumps(report, indent=1, default=str) + "\n", durable=False)

@@ -37,7 +37,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from reference_impls.collectives.busbw import BenchSpec, measure
 from reference_impls.scaling.profiler import StepProfiler
 from reference_impls.scaling.stragglers import host_facts
-from reference_impls.training.config import ModelConfig, OptimizerConfig
+from reference_impls.seeds import mix_seed
+from reference_impls.training.config import ModelConfig, OptimizerConfig, OptimizerName
 from reference_impls.training.model import build_model, build_optimizer
 
 __all__ = ["LoaderError", "RankConfig", "SyntheticBatches", "run_rank"]
@@ -56,7 +57,7 @@ class RankConfig:
     hidden: tuple[int, ...] = (256, 256)
     batches: tuple[tuple[str, int], ...] = (("strong", 64),)
     """(case name, per-rank batch) pairs run one after another in the same group."""
-    optimizer: str = "adam"
+    optimizer: OptimizerName = "adam"
     """``adam`` (the training loop's default) or ``sgd`` (no momentum: one pass over the
     weights, the least compute per byte of gradient)."""
     lr: float = 1e-4
@@ -116,7 +117,7 @@ def _loader(
     data = SyntheticBatches(
         batch,
         cfg.in_features,
-        seed=cfg.seed * 1000 + rank,
+        seed=mix_seed(cfg.seed, "loader", rank),
         sleep_ms=cfg.loader_sleep_ms,
         fail_at=cfg.loader_fail_at,
     )

@@ -146,13 +146,15 @@ class DataConfig:
         return full if self.drop_last or rest == 0 else full + 1
 
 
-_OPTIMIZERS = ("sgd", "adam", "adamw")
-_SCHEDULERS = ("constant", "step", "cosine")
+OptimizerName = typing.Literal["sgd", "adam", "adamw"]
+SchedulerName = typing.Literal["constant", "step", "cosine"]
+_OPTIMIZERS: tuple[str, ...] = typing.get_args(OptimizerName)
+_SCHEDULERS: tuple[str, ...] = typing.get_args(SchedulerName)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
-    name: str = "adam"
+    name: OptimizerName = "adam"
     """One of sgd, adam, adamw (torch.optim)."""
     lr: float = 1e-2
     """Peak learning rate."""
@@ -181,7 +183,7 @@ class OptimizerConfig:
 class SchedulerConfig:
     """The learning-rate schedule, stepped once per optimizer step."""
 
-    name: str = "constant"
+    name: SchedulerName = "constant"
     """constant; step (multiply by ``gamma`` every ``step_size`` steps); cosine (from lr to
     ``min_lr`` over the run's planned steps: max_steps, else max_epochs x steps per epoch)."""
     step_size: int = 10
@@ -379,6 +381,10 @@ def _build(cls: type, data: object, prefix: str, source: str) -> Any:
 def _coerce(value: object, expected: Any, key: str) -> Any:
     """``value`` as type ``expected`` (int, float, bool, str, tuple[int, ...], X | None)."""
     origin = typing.get_origin(expected)
+    if origin is typing.Literal:
+        # A choice: its type is checked here, its value by the dataclass, whose message
+        # lists the choices.
+        return _coerce(value, type(typing.get_args(expected)[0]), key)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(expected)
         if value is None and type(None) in options:

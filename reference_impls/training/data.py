@@ -7,21 +7,14 @@ the epoch's permutation and starts at that batch, without replaying the batches 
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
+from reference_impls.seeds import mix_seed
 from reference_impls.training.config import ConfigError, DataConfig, ModelConfig
 
-__all__ = ["BatchOrder", "SyntheticRegression", "derive_seed", "make_datasets"]
+__all__ = ["BatchOrder", "SyntheticRegression", "make_datasets"]
 
 _TEACHER_WIDTH = 16  # hidden width of the random teacher: enough for a non-linear target
-
-
-def derive_seed(seed: int, *parts: object) -> int:
-    """A 63-bit seed from the run's seed and labels (stable across processes, no ``hash()``)."""
-    digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
 
 
 class SyntheticRegression:
@@ -41,7 +34,7 @@ def make_datasets(
     data: DataConfig, model: ModelConfig, seed: int
 ) -> tuple[SyntheticRegression, SyntheticRegression]:
     """(train, val): the same teacher, disjoint draws of x."""
-    g = torch.Generator().manual_seed(derive_seed(seed, "data"))
+    g = torch.Generator().manual_seed(mix_seed(seed, "data"))
     a = torch.randn(model.in_features, _TEACHER_WIDTH, generator=g)  # (in, 16)
     b = torch.randn(_TEACHER_WIDTH, model.out_features, generator=g)  # (16, out)
     b = b / _TEACHER_WIDTH**0.5  # unit-variance targets before the noise
@@ -93,7 +86,7 @@ class BatchOrder:
 
     def permutation(self, epoch: int) -> torch.Tensor:
         if self._cache is None or self._cache[0] != epoch:
-            g = torch.Generator().manual_seed(derive_seed(self.seed, "order", epoch))
+            g = torch.Generator().manual_seed(mix_seed(self.seed, "order", epoch))
             perm = torch.randperm(self.num_examples, generator=g)
             pad = self.steps_per_epoch * self.batch_size - self.num_examples
             if pad > 0:

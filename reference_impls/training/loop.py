@@ -46,12 +46,14 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference_impls import atomic
+from reference_impls.seeds import mix_seed
 from reference_impls.training.checkpoint import (
     FORMAT,
     CheckpointError,
@@ -62,7 +64,7 @@ from reference_impls.training.checkpoint import (
     load_checkpoint,
 )
 from reference_impls.training.config import ConfigError, TrainConfig
-from reference_impls.training.data import BatchOrder, derive_seed, make_datasets
+from reference_impls.training.data import BatchOrder, make_datasets
 from reference_impls.training.distributed import DistContext
 from reference_impls.training.early_stopping import EarlyStopping
 from reference_impls.training.metrics import MetricsLog
@@ -88,6 +90,11 @@ ValidateFn = Callable[..., float]
 in eval mode; rank 0's value is the one every rank uses)."""
 
 _VAL_CHUNK = 4096  # validation examples per forward pass
+
+
+ResumeMode = Literal["auto", "never", "require"]
+"""``Trainer.run(resume=...)``: continue from ``latest.pt`` if there is one, refuse a directory
+that already holds checkpoints, or fail without one."""
 
 
 class StopReason(enum.StrEnum):
@@ -274,7 +281,7 @@ class Trainer:
         self.train_set, self.val_set = make_datasets(cfg.data, cfg.model, cfg.seed)
         self.model = build_model(cfg.model).to(self.device)
         # Each rank then draws from its own stream (its own dropout masks).
-        seed_all(derive_seed(cfg.seed, "rank", self.dist.rank))
+        seed_all(mix_seed(cfg.seed, "rank", self.dist.rank))
         self.order = BatchOrder(
             cfg.data.num_train,
             cfg.data.batch_size,
@@ -292,7 +299,7 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
 
-    def _resume(self, mode: str) -> tuple[str | None, list[str]]:
+    def _resume(self, mode: ResumeMode) -> tuple[str | None, list[str]]:
         """Find and restore the checkpoint to continue from. Returns (path, skipped problems)."""
         found: dict[str, Any] | None = None
         error: CheckpointError | None = None
@@ -317,7 +324,7 @@ class Trainer:
         self.last_checkpoint = CheckpointInfo(found["path"], self.step, self.epoch)
         return found["path"], found["skipped"]
 
-    def _find_resume(self, mode: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def _find_resume(self, mode: ResumeMode) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """({"path", "skipped"}, the checkpoint) or (None, None) for a fresh start."""
         if mode == "never":
             if self.store.has_checkpoints():
@@ -369,7 +376,7 @@ class Trainer:
                 state["world_size"],
                 self.dist.rank,
             )
-            seed_all(derive_seed(self.config.seed, "rank", self.dist.rank, "step", self.step))
+            seed_all(mix_seed(self.config.seed, "rank", self.dist.rank, "step", self.step))
 
     def state_dict(self, rng_states: list[dict[str, Any]]) -> dict[str, Any]:
         """The checkpoint (without ``saved_at``, which the store adds)."""
@@ -393,10 +400,10 @@ class Trainer:
 
     # ----------------------------------------------------------------------- the loop
 
-    def run(self, *, resume: str = "auto") -> TrainResult:
+    def run(self, *, resume: ResumeMode = "auto") -> TrainResult:
         """Train to the end. ``resume``: auto (continue from ``latest.pt`` if there is one),
         never (refuse a directory that already holds checkpoints), require (fail without one)."""
-        if resume not in ("auto", "never", "require"):
+        if resume not in get_args(ResumeMode):
             raise ValueError(f"resume must be auto, never or require, got {resume!r}")
         threads = torch.get_num_threads()
         self.steps_run = self.checkpoints_written = 0
@@ -421,7 +428,7 @@ class Trainer:
             self.metrics.close()
             torch.set_num_threads(threads)
 
-    def _run(self, resume: str) -> TrainResult:
+    def _run(self, resume: ResumeMode) -> TrainResult:
         self._check_run_dir()
         self._build()
         self.resumed_from, self.skipped = self._resume(resume)
@@ -651,6 +658,5 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     data = {
         k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    # Not durable: result.json summarises the run; the checkpoints are the durable state.
+    atomic.write_text(path, json.dumps(data, indent=2) + "\n", durable=False)

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from reference_impls import atomic
+
 __all__ = ["MetricsLog"]
 
 
@@ -59,9 +61,9 @@ class MetricsLog:
             else:
                 dropped += 1
         if dropped:
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-            os.replace(tmp, self.path)
+            # Not durable: after a power loss the longer log is back, and the next resume
+            # truncates it again.
+            atomic.write_text(self.path, "".join(line + "\n" for line in kept), durable=False)
         return dropped
 
     def write(self, row: dict[str, Any]) -> None:

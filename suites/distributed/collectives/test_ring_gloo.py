@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness import assert_equal
 from reference_impls.collectives import LaunchConfig, LaunchError, launch
 from reference_impls.collectives.checks import (
     Case,
@@ -111,7 +112,7 @@ def test_ring_results_equal_numpys_reduction_of_every_ranks_input(run, world):
             expected = torch.from_numpy(expected).bfloat16().float().numpy()
         for rank, per_rank in enumerate(run):
             got = per_rank["cases"][i].ring.reshape(expected.shape)
-            np.testing.assert_array_equal(got, expected, err_msg=f"rank {rank}: {case}")
+            assert_equal(got, expected, check_dtype=False, msg=f"rank {rank}: {case}")
 
 
 def test_every_rank_ends_with_identical_bits(run, world):
@@ -160,8 +161,8 @@ def test_mismatched_arguments_raise_on_every_rank(run, world, scenario):
 
 def test_the_group_still_works_after_the_mismatches(run, world):
     for per_rank in run:
-        np.testing.assert_array_equal(
-            per_rank["mismatch"]["after"], np.full(10, world * (world + 1) / 2)
+        assert_equal(
+            per_rank["mismatch"]["after"], np.full(10, world * (world + 1) / 2), check_dtype=False
         )
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from harness.tolerances import rel_error
+from harness import assert_equal, rel_error
 
 pytestmark = [
     pytest.mark.skipif(
@@ -159,9 +159,10 @@ def test_transposed_inputs_are_read_in_place_with_the_same_result(attn):
         for _ in range(3)
     )  # (B, H, N, D) views of (B, N, H, D) memory
     assert not q.is_contiguous()
-    assert torch.equal(
+    assert_equal(
         attn.attention(q, k, v, causal=True),
         attn.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True),
+        bitwise=True,
     )
 
 
@@ -218,11 +219,11 @@ def test_forward_and_backward_are_bitwise_deterministic(attn):
         torch.use_deterministic_algorithms(was_deterministic)
     for other in runs[1:]:
         for a, b in zip(runs[0], other, strict=True):
-            assert torch.equal(a, b)
+            assert_equal(a, b, bitwise=True)
     # And the explicit argument gives those same bits.
     out = attn.attention(q, k, v, causal=True, deterministic=True)
     for a, b in zip(runs[0], (out, *torch.autograd.grad(out, (q, k, v), do)), strict=True):
-        assert torch.equal(a, b)
+        assert_equal(a, b, bitwise=True)
 
 
 # --------------------------------------------------------------------------- speed

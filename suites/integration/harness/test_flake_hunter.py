@@ -43,7 +43,7 @@ EDGE = "suites/unit/test_flakes.py::test_edge_case"
 
 
 def _edge_fails(base_seed: int) -> bool:
-    return random.Random(seeding.derive_seed(base_seed, EDGE)).random() <= 0.5
+    return random.Random(seeding.node_seed(base_seed, EDGE)).random() <= 0.5
 
 
 @pytest.fixture

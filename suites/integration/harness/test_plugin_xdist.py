@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness.seeding import derive_seed
+from harness.seeding import node_seed
 
 pytest.importorskip("xdist")
 
@@ -38,6 +38,6 @@ def test_every_xdist_worker_derives_test_seeds_from_the_controllers_base_seed(
     base = int(re.search(r"harness: seed (\d+)", result.stdout.str()).group(1))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["worker"] for r in rows} == {"gw0", "gw1"}  # both workers ran tests
-    assert all(r["seed"] == derive_seed(base, r["nodeid"]) for r in rows)
+    assert all(r["seed"] == node_seed(base, r["nodeid"]) for r in rows)
     report = json.loads((pytester.path / "report.json").read_text())
     assert report["seed"] == base and len(report["tests"]) == 8  # the controller saw every test

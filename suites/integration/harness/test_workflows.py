@@ -30,7 +30,7 @@ WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml")
 STUBS = ROOT / ".github" / "act-stubs"
 ACTRC = ROOT / ".actrc"
 
-CI_JOBS = {"unit", "property", "integration", "distributed", "gpu", "report"}
+CI_JOBS = {"lint", "unit", "property", "integration", "distributed", "gpu", "report"}
 NIGHTLY_JOBS = {"flake-hunt", "property-nightly"}
 
 # act copies every non-ignored file of the working tree and builds a fresh .venv in it (about

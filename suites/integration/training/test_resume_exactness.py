@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from harness import assert_equal
 from reference_impls.training import load_checkpoint
 
 # A fixed config seed: the schedule of kills below needs to know how long the run is (early
@@ -61,13 +62,18 @@ patience = 5
 RUNNER = r'''
 """Train CONFIG in RUN_DIR, SIGKILLing this process at the point FAULT names."""
 import json, os, signal, sys
-from pathlib import Path
 
 from reference_impls.training import Callback, Trainer, load_config
-from reference_impls.training import checkpoint as ckpt
+from reference_impls.training import checkpoint_io
 
 config_path, run_dir, fault = sys.argv[1:]
 kind, _, arg = fault.partition("=")
+# FAULT's kinds and the checkpoint writer's fault points (checkpoint_io.FAULT_POINTS):
+# partial: the temporary file only partly written; synced: complete and synced, not yet
+# renamed; rotated: latest.pt renamed to latest.prev.pt, the new one not renamed in;
+# renamed: renamed in, the directory not yet synced; best: best.pt published, latest.pt not
+# yet moved on. ARG counts latest.pt writes of this process (1: the first).
+POINT = {"partial": "chunk", "synced": "synced", "rotated": "rotated", "renamed": "renamed"}
 saves = 0
 
 
@@ -81,73 +87,22 @@ class KillAfterSteps(Callback):
             die()
 
 
-def count_saves():
-    real = ckpt.CheckpointStore.save
-
-    def save(self, state, *, best):
-        global saves
+def hook(point, path):
+    global saves
+    if point == "start":
         saves += 1
-        return real(self, state, best=best)
-
-    ckpt.CheckpointStore.save = save
-
-
-def in_target_save():
-    return saves == int(arg)
+    elif kind == "best" and point == "published":
+        die()
+    elif point == POINT.get(kind) and saves == int(arg):
+        die()
 
 
 callbacks = []
 if kind == "steps":  # after this many optimizer steps of this process
     callbacks.append(KillAfterSteps())
-elif kind == "partial":  # the temporary file of the arg-th write only partly written
-    count_saves()
-    ckpt._SMALL_WRITE = 512  # many small writes, so that there is a middle to stop in
-    real_write_all = ckpt._DurableWriter._write_all
-
-    def write_all(self, view):
-        real_write_all(self, view)
-        if in_target_save():
-            die()
-
-    ckpt._DurableWriter._write_all = write_all
-elif kind == "synced":  # the temporary file complete and synced, not yet renamed
-    count_saves()
-    real_sync = ckpt._fdatasync
-
-    def fdatasync(fd):
-        real_sync(fd)
-        if in_target_save():
-            die()
-
-    ckpt._fdatasync = fdatasync
-elif kind == "rotated":  # latest.pt renamed to latest.prev.pt; the new one not renamed in
-    count_saves()
-    real_replace = os.replace
-
-    def replace(src, dst):
-        if in_target_save() and Path(dst).name == "latest.pt":
-            die()
-        return real_replace(src, dst)
-
-    os.replace = replace
-elif kind == "renamed":  # renamed in, the directory not yet synced
-    count_saves()
-    real_fsync_dir = ckpt._fsync_dir
-
-    def fsync_dir(directory):
-        if in_target_save():
-            die()
-        return real_fsync_dir(directory)
-
-    ckpt._fsync_dir = fsync_dir
-elif kind == "best":  # best.pt published; latest.pt not yet moved on
-    real_publish = ckpt._publish_copy
-
-    def publish(tmp, dest):
-        real_publish(tmp, dest)
-        die()
-
-    ckpt._publish_copy = publish
+elif kind in (*POINT, "best"):
+    # Many small writes for "partial", so that there is a middle of the file to stop in.
+    checkpoint_io.set_fault_hook(hook, gather_bytes=512 if kind == "partial" else None)
 elif kind != "none":
     sys.exit(f"unknown fault {fault!r}")
 
@@ -189,7 +144,7 @@ def assert_bit_identical(actual: dict, expected: dict, what: str) -> None:
     assert actual.keys() == expected.keys(), what
     for key, value in expected.items():
         if isinstance(value, torch.Tensor):
-            assert torch.equal(actual[key], value), f"{what}: {key} differs"
+            assert_equal(actual[key], value, bitwise=True, msg=f"{what}: {key} differs")
         elif isinstance(value, dict):
             assert_bit_identical(actual[key], value, f"{what}.{key}")
         else:

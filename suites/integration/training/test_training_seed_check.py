@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import assert_close
+from harness import assert_close, assert_equal
 from harness.artifacts import check, load_schema
 from reference_impls.training import (
     TrainConfig,
@@ -105,7 +105,7 @@ def test_twenty_seeded_steps_give_identical_losses_and_weights_in_two_processes(
     assert metric(first, "train", "loss") == metric(second, "train", "loss")
     a = load_checkpoint(first / "latest.pt")["model"]
     b = load_checkpoint(second / "latest.pt")["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_equal(a, b, bitwise=True)
 
 
 def test_the_loss_is_finite_and_decreases(runs):
@@ -142,7 +142,7 @@ def test_a_model_rebuilt_from_the_checkpoint_alone_reproduces_its_validation_los
     # float64 accumulation in both; only the order of the float32 sums differs.
     assert_close(loss, state["val_loss"], rtol=1e-6, atol=0.0)
     for key, value in state["model"].items():
-        assert torch.equal(reloaded["model"][key], value), key
+        assert_equal(reloaded["model"][key], value, bitwise=True, msg=key)
     assert reloaded["optimizer"]["state"].keys() == state["optimizer"]["state"].keys()
 
 

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.tolerances import assert_close, rel_error
+from harness import assert_close, rel_error
 from reference_impls.attention import attention, reference_attention
 from reference_impls.attention.kernel import INTERPRET
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from harness.tolerances import assert_close, rel_error
+from harness import assert_close, assert_equal, rel_error
 from reference_impls.attention import attention, reference_attention
 from reference_impls.attention.kernel import INTERPRET
 
@@ -163,7 +163,7 @@ def test_torch_deterministic_flag_selects_the_deterministic_backward():
     # dK comes out of the one pass in other bits than out of the two (dS is scaled before the
     # product there, after it here), so equality pins down which backward ran.
     for a, b in zip(under_flag, grads(deterministic=True), strict=True):
-        assert torch.equal(a, b)
+        assert_equal(a, b, bitwise=True)
     assert not torch.equal(under_flag[1], grads(deterministic=False)[1])
 
 
@@ -175,7 +175,7 @@ def test_non_contiguous_inputs_give_the_contiguous_result():
     assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
     out = attention(q, k, v, causal=True)
     expected = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
-    assert torch.equal(out, expected)
+    assert_equal(out, expected, bitwise=True)
     check_against_float64(q.requires_grad_(), k.requires_grad_(), v.requires_grad_())
 
 
@@ -186,7 +186,7 @@ def test_explicit_softmax_scale(sm_scale):
 
 def test_default_scale_is_one_over_sqrt_head_dim():
     q, k, v = make_qkv(1, 1, 16, 16, 64)
-    assert torch.equal(attention(q, k, v), attention(q, k, v, sm_scale=1 / math.sqrt(64)))
+    assert_equal(attention(q, k, v), attention(q, k, v, sm_scale=1 / math.sqrt(64)), bitwise=True)
 
 
 def test_reference_matches_torch_sdpa():

@@ -9,6 +9,7 @@ integers up to 256 are exact in bfloat16, so their sums of two are exact too).
 import pytest
 import torch
 
+from harness import assert_equal
 from reference_impls.attention.kernel import INTERPRET
 from reference_impls.collectives.combine import combine_
 
@@ -30,7 +31,7 @@ def test_combine_equals_torch_bit_for_bit(dtype, op, numel, ctas):
     b = torch.randint(-bound, bound, (numel,), generator=g).to(dtype).to(DEVICE)
     expected = TORCH_OP[op](a, b)
     out = combine_(a.clone(), b, op, ctas)
-    assert torch.equal(out, expected), f"{(out != expected).sum().item()} of {numel} differ"
+    assert_equal(out, expected)
 
 
 @pytest.mark.parametrize("op", ["max", "min"])
@@ -38,7 +39,7 @@ def test_max_and_min_propagate_nan_like_torch(op):
     a = torch.tensor([1.0, float("nan"), 3.0, -2.0], device=DEVICE)
     b = torch.tensor([float("nan"), 2.0, 1.0, float("nan")], device=DEVICE)
     out = combine_(a.clone(), b, op, 1)
-    assert torch.equal(out.isnan(), TORCH_OP[op](a, b).isnan())
+    assert_equal(out.isnan(), TORCH_OP[op](a, b).isnan())
     assert out[2].item() == TORCH_OP[op](a, b)[2].item()
 
 

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from harness import assert_equal
 from reference_impls.collectives import (
     RING_SCHEDULE,
     Message,
@@ -38,7 +39,7 @@ def test_every_worker_gets_numpys_exact_reduction_of_integers(n, length, op):
     )
     for worker, result in enumerate(simulate_ring_allreduce(arrays, op)):
         assert result.dtype == np.int32 and result.shape == (length,)
-        np.testing.assert_array_equal(result, expected, err_msg=f"worker {worker} of {n}")
+        assert_equal(result, expected, msg=f"worker {worker} of {n}")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -72,7 +73,7 @@ def test_inputs_are_never_mutated_and_results_are_new_arrays():
     copies = [a.copy() for a in arrays]
     results = simulate_ring_allreduce(arrays, "sum")
     for a, c, r in zip(arrays, copies, results, strict=True):
-        np.testing.assert_array_equal(a, c)
+        assert_equal(a, c)
         assert not np.shares_memory(a, r)
     results[0][:] = 0  # one worker's result is its own
     assert results[1].any()
@@ -81,7 +82,7 @@ def test_inputs_are_never_mutated_and_results_are_new_arrays():
 def test_one_worker_returns_a_copy_of_its_array():
     a = np.arange(5, dtype=np.float32)
     (result,) = simulate_ring_allreduce([a], "mean")
-    np.testing.assert_array_equal(result, a)
+    assert_equal(result, a)
     assert not np.shares_memory(result, a)
 
 
@@ -89,7 +90,7 @@ def test_multidimensional_arrays_keep_their_shape():
     arrays = [np.full((2, 3, 4), i, dtype=np.int64) for i in range(3)]
     results = simulate_ring_allreduce(arrays, "sum")
     assert all(r.shape == (2, 3, 4) for r in results)
-    np.testing.assert_array_equal(results[2], np.full((2, 3, 4), 3))
+    assert_equal(results[2], np.full((2, 3, 4), 3, dtype=np.int64))
 
 
 def test_the_message_log_has_every_step_in_order():
@@ -132,7 +133,7 @@ def test_lengths_smaller_than_the_worker_count_send_empty_messages_without_paddi
     log: list[Message] = []
     arrays = [np.array([float(i), 10.0 * i]) for i in range(n)]  # 2 elements, 5 chunks
     results = simulate_ring_allreduce(arrays, "max", message_log=log)
-    np.testing.assert_array_equal(results[0], [4.0, 40.0])
+    assert_equal(results[0], np.array([4.0, 40.0]))
     assert sum(m.nbytes == 0 for m in log) == 3 * 2 * (n - 1)  # 3 of 5 chunks are empty
     assert len(log) == n * 2 * (n - 1)
 
@@ -199,7 +200,7 @@ def test_an_int8_sum_whose_partial_sums_wrap_but_whose_total_fits_is_exact():
     # result is the true sum, 0 (additions modulo 2**8 do not depend on the order).
     arrays = [np.full(7, v, np.int8) for v in (100, 100, -100, -100)]
     for result in simulate_ring_allreduce(arrays, "sum"):
-        np.testing.assert_array_equal(result, np.zeros(7, np.int8))
+        assert_equal(result, np.zeros(7, np.int8))
     # max and min cannot overflow: any values pass.
     extremes = [np.array([-128, 127], np.int8)] * 3
     assert simulate_ring_allreduce(extremes, "max")[0].tolist() == [-128, 127]
@@ -216,7 +217,7 @@ def test_64_workers_of_a_million_float32_stay_exact_on_integer_values():
     elapsed = time.perf_counter() - start
     expected = np.sum(np.stack(arrays), axis=0)
     for r in (results[0], results[37], results[63]):
-        np.testing.assert_array_equal(r, expected)
+        assert_equal(r, expected)
     print(f"64 x 1M float32 simulated in {elapsed:.2f} s")
 
 

@@ -14,12 +14,12 @@ from click.testing import CliRunner
 
 from harness.artifacts import (
     ArtifactError,
-    Mapping,
+    MappingSpec,
     Scalar,
     Schema,
     SchemaError,
-    Tensor,
     TensorMap,
+    TensorSpec,
     Value,
     check,
     load,
@@ -31,17 +31,17 @@ from harness.cli import main
 CHECKPOINT = Schema(
     "checkpoint",
     fields={
-        "model": Mapping(
+        "model": MappingSpec(
             {
-                "layer1.weight": Tensor(shape=(16, 8), dtype="float32", finite=True),
-                "layer1.bias": Tensor(shape=(16,), dtype="float32", finite=True),
-                "head.weight": Tensor(shape=("C", 16), dtype="float32", finite=True),
+                "layer1.weight": TensorSpec(shape=(16, 8), dtype="float32", finite=True),
+                "layer1.bias": TensorSpec(shape=(16,), dtype="float32", finite=True),
+                "head.weight": TensorSpec(shape=("C", 16), dtype="float32", finite=True),
             }
         ),
         "ema": TensorMap(dtype="float32", finite=True, optional=True),
         "optimizer": Value(dict),
-        "batch": Tensor(shape=("B", 8), dtype=torch.float32),
-        "labels": Tensor(shape=("B",), dtype="int64"),
+        "batch": TensorSpec(shape=("B", 8), dtype=torch.float32),
+        "labels": TensorSpec(shape=("B",), dtype="int64"),
     },
     metadata={"config": dict, "epoch": int, "step": Scalar(int, min=0)},
 )
@@ -184,7 +184,11 @@ def test_a_tensor_map_checks_every_value_and_its_key_pattern():
 def test_mapping_patterns_validate_keys_not_spelled_out():
     schema = Schema(
         "m",
-        fields={"model": Mapping(patterns={r".*\.bias": Tensor(shape=("*",)), r".*": Tensor()})},
+        fields={
+            "model": MappingSpec(
+                patterns={r".*\.bias": TensorSpec(shape=("*",)), r".*": TensorSpec()}
+            )
+        },
     )
     ok = {"model": {"a.bias": torch.zeros(3), "a.weight": torch.zeros(3, 3)}}
     assert validate(ok, schema) == []
@@ -234,13 +238,13 @@ def test_an_unsupported_extension_is_an_error():
 def test_npz_arrays_are_validated_and_zero_d_arrays_become_scalars(tmp_path):
     path = tmp_path / "arrays.npz"
     np.savez(path, x=np.zeros((3, 16), np.float32), step=np.int64(7), note="hi")
-    schema = Schema("arrays", fields={"x": Tensor(shape=("N", 16), dtype="float32")},
+    schema = Schema("arrays", fields={"x": TensorSpec(shape=("N", 16), dtype="float32")},
                     metadata={"step": int, "note": str})  # fmt: skip
     assert validate(path, schema) == []
     np.savez(path, x=np.full((3, 15), np.nan), step=np.int64(7), note="hi")
     found = {(v.path, v.kind) for v in validate(path, schema)}
     assert found == {("x", "dtype"), ("x", "shape")}
-    finite = Schema("arrays", fields={"x": Tensor(finite=True)}, allow_extra=True)
+    finite = Schema("arrays", fields={"x": TensorSpec(finite=True)}, allow_extra=True)
     assert messages(validate(path, finite)) == ["x: 45 non-finite values of 45 (45 NaN, 0 inf)"]
 
 
@@ -354,7 +358,7 @@ CHECKPOINT_TOML = """
 def test_a_toml_schema_validates_like_its_python_twin(tmp_path):
     schema = load_schema(write(tmp_path, "checkpoint.toml", CHECKPOINT_TOML))
     assert schema.name == "checkpoint"
-    assert schema.fields["batch"] == Tensor(shape=("B", None))
+    assert schema.fields["batch"] == TensorSpec(shape=("B", None))
     ckpt = make_checkpoint()
     assert validate(ckpt, schema) == []
     ckpt["model"]["layer1.weight"] = torch.zeros(16, 9)
@@ -406,14 +410,14 @@ def test_a_schema_can_be_named_by_import_path():
 @pytest.mark.parametrize(
     ("build", "error"),
     [
-        (lambda: Tensor(shape=(16, -1)), "must be >= 0"),
-        (lambda: Tensor(shape="B"), "tuple of dims"),
-        (lambda: Tensor(dtype="float33"), "unknown dtype"),
-        (lambda: Tensor(finite="yes"), "finite must be True or False"),
+        (lambda: TensorSpec(shape=(16, -1)), "must be >= 0"),
+        (lambda: TensorSpec(shape="B"), "tuple of dims"),
+        (lambda: TensorSpec(dtype="float33"), "unknown dtype"),
+        (lambda: TensorSpec(finite="yes"), "finite must be True or False"),
         (lambda: Scalar(dict), "use Value(dict)"),
         (lambda: Scalar(str, finite=True), "int or float only"),
         (lambda: Scalar(float, min=1, max=0), "min must be <= max"),
-        (lambda: Mapping(patterns={"(": Tensor()}), "bad regular expression"),
+        (lambda: MappingSpec(patterns={"(": TensorSpec()}), "bad regular expression"),
         (lambda: Schema("s", fields={"a": 3}), "expected a spec"),
         (lambda: Schema("s", fields={"a": int}, metadata={"a": int}), "both fields and metadata"),
         (lambda: Schema(""), "non-empty string"),
@@ -428,9 +432,9 @@ def test_bare_types_and_torch_dtypes_are_normalized():
     schema = Schema("s", fields={"n": int, "d": dict}, metadata={"t": float})
     assert schema.fields == {"n": Scalar(int), "d": Value(dict)}
     assert schema.metadata == {"t": Scalar(float)}
-    assert Tensor(dtype=torch.bfloat16).dtype == "bfloat16"
-    assert Tensor(dtype=(torch.float, "half")).dtype == ("float32", "float16")
-    assert Tensor(dtype=np.float64).dtype == "float64"
+    assert TensorSpec(dtype=torch.bfloat16).dtype == "bfloat16"
+    assert TensorSpec(dtype=(torch.float, "half")).dtype == ("float32", "float16")
+    assert TensorSpec(dtype=np.float64).dtype == "float64"
 
 
 # --- `harness artifacts validate` ----------------------------------------------------------

@@ -209,6 +209,15 @@ def test_harness_flaky_refuses_bad_numbers_naming_them(proj, args, words):
     assert words in result.output
 
 
+@pytest.mark.parametrize(
+    "args", [[], ["suites/unit/test_x.py::test_y", "--quarantined"]], ids=["neither", "both"]
+)
+def test_harness_flaky_needs_exactly_one_of_a_test_and_quarantined(proj, args):
+    result = harness("flaky", *args)
+    assert result.exit_code == 2, result.output
+    assert "Error: give either a TEST node id or --quarantined" in result.output
+
+
 def test_harness_flaky_refuses_a_test_id_that_is_an_option(proj):
     result = harness("flaky", "--", EVIL)
     assert result.exit_code == 2

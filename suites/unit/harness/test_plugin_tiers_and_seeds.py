@@ -358,3 +358,21 @@ def test_the_hypothesis_profile_follows_ci_and_the_nightly_switch(
     result = pytester.runpytest("-s", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*{expected}*"])
+
+
+def test_the_tier_table_decides_harness_cis_default_tiers(tmp_path):
+    from harness import tiers
+
+    # Built in: every CPU tier, not gpu (the gpu tier is its own step of harness ci).
+    assert tiers.default_selection(tiers.DEFAULT_TIERS) == [
+        "unit",
+        "property",
+        "integration",
+        "distributed",
+    ]
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.harness.tiers.integration]\ndefault = false\n"
+        "[tool.harness.tiers.smoke]\ndescription = 'a project tier'\n"
+    )
+    chosen = tiers.default_selection(tiers.project_tiers(tmp_path))
+    assert chosen == ["unit", "property", "distributed", "smoke"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import assert_equal
 from harness.artifacts import ArtifactError, check, load_schema
 from reference_impls.training import (
     BatchOrder,
@@ -25,6 +26,7 @@ from reference_impls.training import (
     ConfigError,
     TrainConfig,
     Trainer,
+    checkpoint_io,
     load_checkpoint,
     save_checkpoint,
 )
@@ -59,7 +61,7 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     for key in a:
-        assert torch.equal(a[key], b[key]), key  # bit-identical: the same computation
+        assert_equal(a[key], b[key], bitwise=True, msg=key)  # the same computation
 
 
 # --------------------------------------------------------------------------- writing
@@ -71,7 +73,8 @@ def test_a_saved_checkpoint_reads_back_equal_and_leaves_no_temporary_file(tmp_pa
     save_checkpoint(state, tmp_path / "latest.pt")
 
     loaded = torch.load(tmp_path / "latest.pt", weights_only=True)
-    assert torch.equal(loaded["w"], state["w"]) and loaded["meta"] == {"step": 3}
+    assert_equal(loaded["w"], state["w"], bitwise=True)
+    assert loaded["meta"] == {"step": 3}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
 
 
@@ -110,7 +113,7 @@ def test_the_new_file_is_synced_before_any_name_moves_and_the_directory_after(
     save_generations(tmp_path, 3)
     reused = (tmp_path / "latest.prev2.pt").stat().st_ino
     events = []
-    real_fdatasync, real_fsync, real_replace = checkpoint_module._fdatasync, os.fsync, os.replace
+    real_fdatasync, real_fsync, real_replace = checkpoint_io._fdatasync, os.fsync, os.replace
 
     def fdatasync(fd):
         events.append("sync file")
@@ -125,7 +128,7 @@ def test_the_new_file_is_synced_before_any_name_moves_and_the_directory_after(
         events.append(f"rename to {'the temporary file' if '.tmp-' in name else name}")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint_module, "_fdatasync", fdatasync)
+    monkeypatch.setattr(checkpoint_io, "_fdatasync", fdatasync)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     save_checkpoint(
@@ -176,24 +179,22 @@ def test_after_a_fallback_the_only_good_generation_is_not_reused_for_the_next_wr
 
 def test_a_write_that_fails_midway_leaves_the_previous_latest_intact(tmp_path, monkeypatch):
     save_checkpoint({"w": torch.ones(1000)}, tmp_path / "latest.pt")
-    real_write_all = checkpoint_module._DurableWriter._write_all
+    real_write_all = checkpoint_io._DurableWriter._write_all
 
     def disk_full_after_the_first_write(self, view):
         if self._written > 0:
             raise OSError(28, "No space left on device")
         return real_write_all(self, view)
 
-    monkeypatch.setattr(checkpoint_module, "_SMALL_WRITE", 16)  # so that there are several writes
-    monkeypatch.setattr(
-        checkpoint_module._DurableWriter, "_write_all", disk_full_after_the_first_write
-    )
+    monkeypatch.setattr(checkpoint_io, "_SMALL_WRITE", 16)  # so that there are several writes
+    monkeypatch.setattr(checkpoint_io._DurableWriter, "_write_all", disk_full_after_the_first_write)
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(
             {"w": torch.zeros(1000)}, tmp_path / "latest.pt", previous=[tmp_path / "latest.prev.pt"]
         )
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
-    assert torch.equal(torch.load(tmp_path / "latest.pt", weights_only=True)["w"], torch.ones(1000))
+    assert_equal(torch.load(tmp_path / "latest.pt", weights_only=True)["w"], torch.ones(1000))
 
 
 # --------------------------------------------------------------------------- damaged files

@@ -1,0 +1,439 @@
+"""Content-addressed artifact stores: the same bytes are stored once, under their sha256.
+
+Two backends with one interface:
+
+``LocalArtifactStore(root)``   ``root/objects/ab/abcdef...`` on a local filesystem. A put of
+    a file lets the kernel copy it to ``root/tmp/<random>.part`` (``copy_file_range``: no
+    bytes pass through Python) on a second thread while this thread hashes the same file
+    (hashlib releases the GIL, so the two overlap on two cores); a file that changes meanwhile
+    (size or mtime) is refused. A put of a stream hashes each chunk while a second thread
+    writes the previous one. Either way the temporary file is fsynced and renamed into place,
+    so an object either is complete under its name or is not there at all. If the object
+    already exists the temporary file is dropped (deduplication).
+``S3ArtifactStore(bucket, ...)``  ``s3://bucket/prefix/objects/ab/abcdef...`` through boto3.
+    The source is hashed first (a local read is ~20x faster than an upload here), an existing
+    object is not uploaded again, a new one goes through boto3's managed transfer (multipart
+    above ``multipart_threshold``), which the server makes visible only once complete.
+
+Downloads are verified: bytes are hashed while they are written to ``dest.part`` and renamed
+to ``dest`` only if their sha256 and size match the reference; otherwise ArtifactError.
+
+Orphans (objects no reference names) and partial uploads (``tmp/*.part`` files, incomplete
+multipart uploads) are listed by :meth:`list_objects` / :meth:`cleanup_partials` and removed
+by collection (retention.py), which decides what is referenced.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+from urllib.parse import parse_qs, urlparse
+
+from reference_impls.tracking.errors import ArtifactError
+
+__all__ = [
+    "ArtifactStore",
+    "LocalArtifactStore",
+    "ObjectInfo",
+    "S3ArtifactStore",
+    "open_artifact_store",
+    "sha256_file",
+]
+
+CHUNK = 4 * 1024 * 1024  # bytes per read: large enough that per-call overhead vanishes
+SHA_RE = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    sha256: str
+    size: int
+    mtime: float
+
+
+def sha256_file(path: str | os.PathLike[str]) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+            size += n
+    return h.hexdigest(), size
+
+
+def check_sha(sha256: str) -> str:
+    if not isinstance(sha256, str) or not SHA_RE.fullmatch(sha256):
+        raise ArtifactError(f"{sha256!r} is not a sha256 (64 lowercase hex digits)")
+    return sha256
+
+
+class ArtifactStore(Protocol):
+    """What the tracker needs from a store of bytes named by their sha256."""
+
+    def put_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> tuple[str, int, bool]:
+        """Store a file; (sha256, size, True if the bytes were new)."""
+        ...
+
+    def get_to_file(self, sha256: str, dest: str | os.PathLike[str], size: int) -> None: ...
+    def exists(self, sha256: str) -> bool: ...
+    def uri(self, sha256: str) -> str: ...
+    def delete(self, sha256: str) -> None: ...
+    def list_objects(self) -> Iterator[ObjectInfo]: ...
+    def cleanup_partials(self, older_than_s: float) -> int: ...
+
+
+def _verify_stream(chunks: Iterator[bytes], dest: Path, sha256: str, size: int, where: str) -> None:
+    """Write chunks to dest via dest.part, hashing; rename only when hash and size match."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.part")
+    h = hashlib.sha256()
+    n = 0
+    try:
+        with open(part, "wb") as out:
+            for chunk in chunks:
+                h.update(chunk)
+                out.write(chunk)
+                n += len(chunk)
+        got = h.hexdigest()
+        if got != sha256 or n != size:
+            raise ArtifactError(
+                f"{where} is damaged: expected sha256 {sha256} ({size} bytes), got {got} "
+                f"({n} bytes); the download was discarded"
+            )
+        os.replace(part, dest)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+class LocalArtifactStore:
+    """Objects on a local filesystem (see the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.root = Path(root).resolve()
+        self.objects = self.root / "objects"
+        self.tmp = self.root / "tmp"
+        self.objects.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="artifact-write")
+
+    def path(self, sha256: str) -> Path:
+        check_sha(sha256)
+        return self.objects / sha256[:2] / sha256
+
+    def uri(self, sha256: str) -> str:
+        return self.path(sha256).as_uri()
+
+    def exists(self, sha256: str) -> bool:
+        return self.path(sha256).is_file()
+
+    def put_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> tuple[str, int, bool]:
+        """Store a file; ``before_commit(sha256)`` runs once the hash is known and before the
+        object becomes visible or is found to exist (the tracker records its upload intent);
+        ``progress(n)`` after every n bytes written."""
+        before = os.stat(path)
+        part = self.tmp / f"{uuid.uuid4().hex}.part"
+        try:
+            # The kernel copies (copy_file_range: no bytes through Python) while this thread
+            # hashes the same file from the page cache; the two overlap on two cores.
+            copy = self._pool.submit(shutil.copyfile, path, part)
+            h = hashlib.sha256()
+            size = 0
+            with open(path, "rb", buffering=0) as src:
+                buf = bytearray(CHUNK)
+                view = memoryview(buf)
+                while n := src.readinto(buf):
+                    h.update(view[:n])
+                    size += n
+                    if progress is not None:
+                        progress(n)
+            copy.result()
+            after = os.stat(path)
+            if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or (
+                part.stat().st_size != size
+            ):
+                raise ArtifactError(f"{path} changed while it was being stored; log it again")
+            return self._commit(part, h.hexdigest(), size, before_commit)
+        finally:
+            part.unlink(missing_ok=True)
+
+    def put_stream(
+        self,
+        src: BinaryIO,
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> tuple[str, int, bool]:
+        part = self.tmp / f"{uuid.uuid4().hex}.part"
+        h = hashlib.sha256()
+        size = 0
+        try:
+            with open(part, "wb", buffering=0) as out:
+                # Two buffers: one being written by the pool thread, one being read and hashed.
+                bufs = [bytearray(CHUNK), bytearray(CHUNK)]
+                pending: concurrent.futures.Future[Any] | None = None
+                i = 0
+                while True:
+                    buf = bufs[i % 2]
+                    n = src.readinto(buf)  # type: ignore[attr-defined]
+                    if not n:
+                        break
+                    view = memoryview(buf)[:n]
+                    h.update(view)
+                    if pending is not None:
+                        pending.result()
+                    pending = self._pool.submit(out.write, view)
+                    size += n
+                    i += 1
+                    if progress is not None:
+                        progress(n)
+                if pending is not None:
+                    pending.result()
+            return self._commit(part, h.hexdigest(), size, before_commit)
+        finally:
+            part.unlink(missing_ok=True)
+
+    def _commit(
+        self, part: Path, sha: str, size: int, before_commit: Callable[[str], Any] | None
+    ) -> tuple[str, int, bool]:
+        """Publish a complete temporary file under its hash (or drop it: a duplicate)."""
+        if self.fsync:
+            fd = os.open(part, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if before_commit is not None:
+            before_commit(sha)
+        final = self.path(sha)
+        if final.exists():
+            # Fresh mtime: collection spares objects younger than its grace period, so bytes
+            # about to be referenced again are not collected in between.
+            os.utime(final)
+            return sha, size, False
+        final.parent.mkdir(exist_ok=True)
+        os.replace(part, final)
+        if self.fsync:
+            fd = os.open(final.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return sha, size, True
+
+    def get_to_file(self, sha256: str, dest: str | os.PathLike[str], size: int) -> None:
+        src = self.path(sha256)
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                f = open(src, "rb", buffering=0)  # noqa: SIM115 - closed by the with below
+            except FileNotFoundError:
+                raise ArtifactError(
+                    f"artifact bytes {sha256} are missing from {self.root}; the reference "
+                    "points at bytes that were deleted outside the tracker"
+                ) from None
+            with f:
+                while chunk := f.read(CHUNK):
+                    yield chunk
+
+        _verify_stream(chunks(), Path(dest), sha256, size, f"object {sha256} in {self.root}")
+
+    def delete(self, sha256: str) -> None:
+        self.path(sha256).unlink(missing_ok=True)
+
+    def list_objects(self) -> Iterator[ObjectInfo]:
+        for sub in sorted(self.objects.iterdir()):
+            if not sub.is_dir():
+                continue
+            for f in sorted(sub.iterdir()):
+                if SHA_RE.fullmatch(f.name):
+                    st = f.stat()
+                    yield ObjectInfo(f.name, st.st_size, st.st_mtime)
+
+    def cleanup_partials(self, older_than_s: float) -> int:
+        n = 0
+        cutoff = time.time() - older_than_s
+        for f in self.tmp.glob("*.part"):
+            try:
+                if f.stat().st_mtime <= cutoff:
+                    f.unlink()
+                    n += 1
+            except FileNotFoundError:
+                pass
+        return n
+
+
+class S3ArtifactStore:
+    """Objects in an S3 bucket (see the module docstring); ``client`` is a boto3 S3 client."""
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        client: Any = None,
+        endpoint_url: str | None = None,
+        multipart_threshold: int = 16 * 1024 * 1024,
+        multipart_chunksize: int = 16 * 1024 * 1024,
+        max_concurrency: int = 4,
+    ) -> None:
+        import boto3
+        from boto3.s3.transfer import TransferConfig
+
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", bucket):
+            raise ArtifactError(f"invalid S3 bucket name {bucket!r}: 3-63 of [a-z0-9.-]")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        if client is None:
+            from botocore.config import Config
+
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=os.environ.get("AWS_REGION", "us-east-1"),
+                # Path-style addressing: S3-compatible servers on an address, not a domain.
+                config=Config(s3={"addressing_style": "path"}) if endpoint_url else None,
+            )
+        self.client = client
+        self.transfer = TransferConfig(
+            multipart_threshold=multipart_threshold,
+            multipart_chunksize=multipart_chunksize,
+            max_concurrency=max_concurrency,
+        )
+
+    def key(self, sha256: str) -> str:
+        check_sha(sha256)
+        return f"{self.prefix}objects/{sha256[:2]}/{sha256}"
+
+    def uri(self, sha256: str) -> str:
+        return f"s3://{self.bucket}/{self.key(sha256)}"
+
+    def exists(self, sha256: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self.key(sha256))
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+
+    def put_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        before_commit: Callable[[str], Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> tuple[str, int, bool]:
+        """Hash, then upload unless the object exists (see LocalArtifactStore.put_file)."""
+        sha, size = sha256_file(path)
+        if before_commit is not None:
+            before_commit(sha)
+        if self.exists(sha):
+            return sha, size, False
+        self.client.upload_file(
+            os.fspath(path),
+            self.bucket,
+            self.key(sha),
+            ExtraArgs={"Metadata": {"sha256": sha}},
+            Config=self.transfer,
+            Callback=progress,
+        )
+        return sha, size, True
+
+    def put_stream(self, src: BinaryIO) -> tuple[str, int, bool]:
+        with tempfile.NamedTemporaryFile(prefix="artifact-", suffix=".part") as tmp:
+            shutil.copyfileobj(src, tmp, CHUNK)
+            tmp.flush()
+            return self.put_file(tmp.name)
+
+    def get_to_file(self, sha256: str, dest: str | os.PathLike[str], size: int) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.key(sha256))["Body"]
+        except ClientError as exc:
+            raise ArtifactError(
+                f"artifact bytes {sha256} are missing from s3://{self.bucket}/{self.prefix}: "
+                f"{exc.response.get('Error', {}).get('Code')}"
+            ) from None
+        try:
+            _verify_stream(
+                iter(lambda: body.read(CHUNK), b""),
+                Path(dest),
+                sha256,
+                size,
+                f"object {self.uri(sha256)}",
+            )
+        finally:
+            body.close()
+
+    def delete(self, sha256: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self.key(sha256))
+
+    def list_objects(self) -> Iterator[ObjectInfo]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}objects/"):
+            for obj in page.get("Contents", []):
+                name = obj["Key"].rsplit("/", 1)[-1]
+                if SHA_RE.fullmatch(name):
+                    yield ObjectInfo(name, int(obj["Size"]), obj["LastModified"].timestamp())
+
+    def cleanup_partials(self, older_than_s: float) -> int:
+        """Abort multipart uploads a crashed writer left (older than the grace period)."""
+        cutoff = time.time() - older_than_s
+        n = 0
+        resp = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
+        for up in resp.get("Uploads", []):
+            if up["Initiated"].timestamp() <= cutoff:
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"]
+                )
+                n += 1
+        return n
+
+
+def open_artifact_store(location: str | os.PathLike[str]) -> ArtifactStore:
+    """A store from a path (local) or ``s3://bucket/prefix?endpoint_url=http://...``.
+
+    S3 credentials come from boto3's usual places (``AWS_ACCESS_KEY_ID`` ...).
+    """
+    text = os.fspath(location)
+    if text.startswith("s3://"):
+        url = urlparse(text)
+        query = parse_qs(url.query)
+        endpoint = query.get("endpoint_url", [os.environ.get("AWS_ENDPOINT_URL")])[0]
+        return S3ArtifactStore(url.netloc, prefix=url.path, endpoint_url=endpoint)
+    if text.startswith("file://"):
+        text = urlparse(text).path
+    if "://" in text:
+        raise ArtifactError(
+            f"unsupported artifact location {text!r}: use a directory path or "
+            "s3://BUCKET/PREFIX?endpoint_url=URL"
+        )
+    return LocalArtifactStore(text)

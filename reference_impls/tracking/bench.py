@@ -1,0 +1,633 @@
+"""Side-by-side speed of the tracker and MLflow on the same workloads, in one run.
+
+    python -m reference_impls.tracking.bench --mlflow-python /tmp/mlflowenv/bin/python
+    python -m reference_impls.tracking.bench --quick --no-postgres --no-s3   # a smoke run
+
+MLflow is never a dependency of this project: it is measured in its own interpreter
+(``--mlflow-python``, a throwaway venv with ``pip install mlflow``) by a script this module
+passes on the command line, on the same workloads, in the same run, one after the other:
+
+* **metric logging**: 100,000 points (10 keys x 10,000 steps) into one run; ours through
+  ``run.log_metrics`` (buffered, flushed in batches by the background writer, timed until
+  everything is stored); MLflow through ``log_batch`` of 1,000 metrics per call (its
+  fastest path; its per-call limit). Points per second.
+* **run creation**: a run with 20 params and 5 metrics, ended. Runs per second.
+* **search**: 100,000 runs in one project/experiment (bulk-inserted, identical data for
+  both; each run has 5 params, 2 metrics and a tag); ``metrics.val_acc > 0.85`` ordered by
+  ``val_acc`` descending, first 100. p50 / p90 over repeats, in ms.
+* **artifacts**: a ``--artifact-mb`` MB file logged to three runs: MB/s against a plain
+  ``shutil.copyfile`` of the same file (local) and a plain boto3 ``upload_file`` (S3,
+  SeaweedFS on loopback), and bytes stored afterwards.
+
+Ours runs on SQLite (the default) and, with binaries present, PostgreSQL (a throwaway
+cluster with fsync on). Prints a markdown table (docs/benchmarks/tracking.md holds the
+recorded one) and optionally writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SEED = 20261201
+TARGET_P50_MS = 50.0
+SEARCH_QUERY = "metrics.val_acc > 0.85 order by metrics.val_acc desc limit 100"
+
+
+# ----------------------------------------------------------------------------- data sets
+def bulk_runs(meta: Any, project: str, n: int, *, seed: int = SEED, chunk: int = 20_000) -> None:
+    """Insert ``n`` runs straight into the tables (a data set for search benchmarks: creating
+    100,000 runs through the API would time the API, not the search)."""
+    from sqlalchemy import insert
+
+    from reference_impls.tracking.schema import LatestMetric, Param, Run, Tag
+
+    pid = meta.project_id(project)
+    rng = np.random.default_rng(seed)
+    now = time.time()
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        ids = [uuid.UUID(int=int(x)).hex for x in rng.integers(0, 2**62, m)]
+        created = now - rng.uniform(0, 90 * 86_400, m)
+        acc = rng.random(m)
+        loss = rng.random(m)
+        lr = 10 ** rng.uniform(-5, -1, m)
+        with meta.engine.begin() as conn:
+            conn.execute(
+                insert(Run),
+                [
+                    {
+                        "id": i,
+                        "project_id": pid,
+                        "name": i[:8],
+                        "status": "finished",
+                        "created_at": float(c),
+                        "ended_at": float(c) + 60,
+                        "git_commit": None,
+                        "environment": None,
+                        "deleted_at": None,
+                    }
+                    for i, c in zip(ids, created, strict=True)
+                ],
+            )
+            params = []
+            for j, i in enumerate(ids):
+                params += [
+                    {
+                        "run_id": i,
+                        "key": "lr",
+                        "kind": "num",
+                        "num_value": float(lr[j]),
+                        "str_value": None,
+                    },
+                    {
+                        "run_id": i,
+                        "key": "layers",
+                        "kind": "num",
+                        "num_value": float(j % 8),
+                        "str_value": None,
+                    },
+                    {
+                        "run_id": i,
+                        "key": "batch",
+                        "kind": "num",
+                        "num_value": 32.0,
+                        "str_value": None,
+                    },
+                    {
+                        "run_id": i,
+                        "key": "opt",
+                        "kind": "str",
+                        "num_value": None,
+                        "str_value": "adam",
+                    },
+                    {
+                        "run_id": i,
+                        "key": "data",
+                        "kind": "str",
+                        "num_value": None,
+                        "str_value": "mnist",
+                    },
+                ]
+            conn.execute(insert(Param), params)
+            conn.execute(
+                insert(LatestMetric),
+                [
+                    {"run_id": i, "key": k, "step": 100, "value": float(v[j])}
+                    for j, i in enumerate(ids)
+                    for k, v in (("val_acc", acc), ("loss", loss))
+                ],
+            )
+            conn.execute(
+                insert(Tag),
+                [
+                    {"run_id": i, "key": "team", "value": "nlp" if j % 2 else "cv"}
+                    for j, i in enumerate(ids)
+                ],
+            )
+
+
+# ----------------------------------------------------------------------------- workloads
+def log_points(tracker: Any, points: int = 100_000, keys: int = 10) -> tuple[float, float]:
+    """(points per second, points per CPU second of this process) into one run, until every
+    point is stored."""
+    steps = points // keys
+    names = [f"m{k}" for k in range(keys)]
+    with tracker.start_run("bench-log") as run:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for step in range(steps):
+            run.log_metrics(dict.fromkeys(names, step * 0.001), step=step)
+        run.flush()
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return steps * keys / elapsed, steps * keys / cpu
+
+
+def create_runs(tracker: Any, n: int = 200) -> tuple[float, float]:
+    """(runs per second, runs per CPU second): 20 params and 5 metrics each, ended."""
+    params = {f"p{i}": (i * 0.5 if i % 2 else f"v{i}") for i in range(20)}
+    metrics = {f"m{i}": float(i) for i in range(5)}
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        with tracker.start_run("bench-create", params=params) as run:
+            run.log_metrics(metrics, step=0)
+    return n / (time.perf_counter() - t0), n / (time.process_time() - c0)
+
+
+def search_latency(
+    tracker: Any, project: str, repeats: int = 30
+) -> tuple[float, float, float, int]:
+    """(p50 ms, p90 ms, p50 CPU ms of this process, runs returned) of SEARCH_QUERY."""
+    times, cpu = [], []
+    found = 0
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        page = tracker.search(project, SEARCH_QUERY)
+        times.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+        found = len(page.runs)
+    times.sort()
+    p90 = times[int(0.9 * (len(times) - 1))]
+    return statistics.median(times), p90, statistics.median(cpu), found
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
+    from reference_impls.tracking.client import Tracker
+
+    src = workdir / "artifact.bin"
+    _random_file(src, size_mb)
+    ours, copy = [], []
+    stored = 0
+    for r in range(repeats):
+        tracker = Tracker(workdir / f"a{r}.db", workdir / f"art{r}")
+        runs = [tracker.start_run("bench-art") for _ in range(3)]
+        first = runs[0]
+        ours.append(_timed(lambda: first.log_artifact(src, "w.bin")))  # noqa: B023 - called now
+        for run in runs[1:]:
+            run.log_artifact(src, "w.bin")  # the same bytes again: stored once
+        for run in runs:
+            run.finish()
+        stored = sum(
+            f.stat().st_size for f in (workdir / f"art{r}" / "objects").rglob("*") if f.is_file()
+        )
+        dest = workdir / f"copy{r}.bin"
+
+        def plain(dest: Path = dest) -> None:
+            shutil.copyfile(src, dest)
+            with open(dest, "rb+") as f:  # the store syncs its objects; so does the baseline
+                os.fsync(f.fileno())
+
+        copy.append(_timed(plain))
+        tracker.close()
+        shutil.rmtree(workdir / f"art{r}")
+        dest.unlink()
+    mb = size_mb * 1.048576
+    return {
+        "ours_MBps": mb / statistics.median(ours),
+        "copy_MBps": mb / statistics.median(copy),
+        "ratio": statistics.median(c / o for o, c in zip(ours, copy, strict=True)),
+        "stored_bytes_for_3_runs": stored,
+        "file_bytes": src.stat().st_size,
+    }
+
+
+def artifacts_s3(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
+    from reference_impls.data.seaweedfs import SeaweedServer
+    from reference_impls.tracking.artifacts import S3ArtifactStore
+    from reference_impls.tracking.backend import EmbeddedBackend
+
+    src = workdir / "artifact.bin"
+    if not src.exists():
+        _random_file(src, size_mb)
+    with SeaweedServer.start(workdir / "seaweed") as server:
+        client = server.client(read_timeout=300)
+        ours, plain = [], []
+        for r in range(repeats):
+            bucket = f"bench-{r}"
+            client.create_bucket(Bucket=bucket)
+            backend = EmbeddedBackend(workdir / f"s{r}.db", S3ArtifactStore(bucket, client=client))
+            rid = backend.create_run("bench-s3")
+            store: Any = backend.store
+            ours.append(_timed(lambda: backend.log_artifact(rid, src, "w.bin")))  # noqa: B023
+
+            # The same configuration of boto3's managed transfer, without hashing or a reference.
+            def upload(bucket: str = bucket, store: Any = store) -> None:
+                client.upload_file(str(src), bucket, "plain.bin", Config=store.transfer)
+
+            plain.append(_timed(upload))
+            backend.close()
+    mb = size_mb * 1.048576
+    return {
+        "ours_MBps": mb / statistics.median(ours),
+        "boto3_MBps": mb / statistics.median(plain),
+        "ratio": statistics.median(p / o for o, p in zip(ours, plain, strict=True)),
+    }
+
+
+def _random_file(path: Path, size_mb: int) -> None:
+    rng = np.random.default_rng(SEED)
+    with open(path, "wb") as f:
+        for _ in range(size_mb):
+            f.write(rng.bytes(1 << 20))
+
+
+def measure_ours(
+    db: str, workdir: Path, *, points: int, runs: int, search_n: int, repeats: int
+) -> dict[str, Any]:
+    from reference_impls.tracking.client import Tracker
+    from reference_impls.tracking.metadata import MetadataStore
+
+    tracker = Tracker(db, workdir / "artifacts")
+    out: dict[str, Any] = {}
+    logs = [log_points(tracker, points) for _ in range(repeats)]
+    out["log_points_per_s"] = statistics.median(w for w, _ in logs)
+    out["log_points_per_cpu_s"] = statistics.median(c for _, c in logs)
+    made = [create_runs(tracker, runs) for _ in range(repeats)]
+    out["runs_per_s"] = statistics.median(w for w, _ in made)
+    out["runs_per_cpu_s"] = statistics.median(c for _, c in made)
+    t0 = time.perf_counter()
+    bulk_runs(tracker.backend.meta, "bench-search", search_n)
+    out["search_build_s"] = time.perf_counter() - t0
+    if (
+        isinstance(tracker.backend.meta, MetadataStore)
+        and tracker.backend.meta.dialect == "postgresql"
+    ):
+        with tracker.backend.meta.engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE")
+    p50, p90, cpu, found = search_latency(tracker, "bench-search")
+    out.update(search_p50_ms=p50, search_p90_ms=p90, search_cpu_p50_ms=cpu, search_found=found)
+    tracker.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- MLflow
+MLFLOW_SCRIPT = r"""
+import json, os, shutil, sqlite3, statistics, sys, time, uuid
+import numpy as np
+cfg = json.loads(sys.argv[1])
+work = cfg["workdir"]
+os.environ["MLFLOW_TRACKING_URI"] = "sqlite:///" + os.path.join(work, "mlflow.db")
+import mlflow
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+client = MlflowClient()
+def exp(name):
+    e = client.get_experiment_by_name(name)
+    if e:
+        return e.experiment_id
+    where = os.path.join(work, "mlartifacts", name)
+    return client.create_experiment(name, artifact_location=where)
+out = {"mlflow_version": mlflow.__version__}
+# metric logging: log_batch of 1,000 metrics per call
+keys = 10
+steps = cfg["points"] // keys
+rates = []
+cpu_rates = []
+for _ in range(cfg["repeats"]):
+    run = client.create_run(exp("log"))
+    rid = run.info.run_id
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    batch = []
+    for step in range(steps):
+        ts = int(time.time() * 1000)
+        for k in range(keys):
+            batch.append(Metric(f"m{k}", step * 0.001, ts, step))
+        if len(batch) >= 1000:
+            client.log_batch(rid, metrics=batch)
+            batch = []
+    if batch:
+        client.log_batch(rid, metrics=batch)
+    rates.append(steps * keys / (time.perf_counter() - t0))
+    cpu_rates.append(steps * keys / (time.process_time() - c0))
+    client.set_terminated(rid)
+out["log_points_per_s"] = statistics.median(rates)
+out["log_points_per_cpu_s"] = statistics.median(cpu_rates)
+# one log_metric call
+run = client.create_run(exp("log"))
+t0 = time.perf_counter()
+for s in range(50):
+    client.log_metric(run.info.run_id, "x", 1.0, step=s)
+out["one_log_metric_ms"] = (time.perf_counter() - t0) / 50 * 1000
+# run creation: 20 params, 5 metrics, ended
+rates = []
+cpu_rates = []
+params = {f"p{i}": (i * 0.5 if i % 2 else f"v{i}") for i in range(20)}
+for _ in range(cfg["repeats"]):
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    create_exp = exp("create")
+    for _ in range(cfg["runs"]):
+        with mlflow.start_run(experiment_id=create_exp):
+            mlflow.log_params(params)
+            mlflow.log_metrics({f"m{i}": float(i) for i in range(5)}, step=0)
+    rates.append(cfg["runs"] / (time.perf_counter() - t0))
+    cpu_rates.append(cfg["runs"] / (time.process_time() - c0))
+out["runs_per_s"] = statistics.median(rates)
+out["runs_per_cpu_s"] = statistics.median(cpu_rates)
+# search: clone one template run's rows n times with the same data the tracker gets
+eid = exp("search")
+tmpl = client.create_run(eid)
+tid = tmpl.info.run_id
+client.log_batch(
+    tid,
+    metrics=[Metric("val_acc", 0.5, 0, 100), Metric("loss", 0.5, 0, 100)],
+    params=[Param("lr", "0.001"), Param("layers", "1"), Param("batch", "32"),
+            Param("opt", "adam"), Param("data", "mnist")],
+)
+client.set_tag(tid, "team", "nlp")
+client.set_terminated(tid)
+db = sqlite3.connect(os.path.join(work, "mlflow.db"))
+def rows(table, col="run_uuid"):
+    cur = db.execute(f"SELECT * FROM {table} WHERE {col} = ?", (tid,))
+    return [d[0] for d in cur.description], cur.fetchall()
+rng = np.random.default_rng(cfg["seed"])
+n = cfg["search_n"]
+t0 = time.perf_counter()
+for start in range(0, n, 20000):
+    m = min(20000, n - start)
+    ids = [uuid.UUID(int=int(x)).hex for x in rng.integers(0, 2**62, m)]
+    created = time.time() - rng.uniform(0, 90 * 86400, m)
+    acc = rng.random(m); loss = rng.random(m); lr = 10 ** rng.uniform(-5, -1, m)
+    for table in ("runs", "params", "metrics", "latest_metrics", "tags"):
+        cols, template = rows(table)
+        new = []
+        for j, i in enumerate(ids):
+            for r in template:
+                d = dict(zip(cols, r))
+                d["run_uuid"] = i
+                if table == "runs":
+                    d["name"] = i[:8]
+                    d["start_time"] = int(created[j] * 1000)
+                    d["end_time"] = d["start_time"] + 60000
+                    if "artifact_uri" in d:
+                        d["artifact_uri"] = d["artifact_uri"].replace(tid, i)
+                if table in ("metrics", "latest_metrics"):
+                    d["value"] = float(acc[j] if d["key"] == "val_acc" else loss[j])
+                if table == "params" and d["key"] == "lr":
+                    d["value"] = repr(float(lr[j]))
+                if table == "params" and d["key"] == "layers":
+                    d["value"] = str(j % 8)
+                if table == "tags" and d["key"] == "team":
+                    d["value"] = "nlp" if j % 2 else "cv"
+                new.append(tuple(d[c] for c in cols))
+        marks = ", ".join("?" * len(cols))
+        db.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks})", new)
+    db.commit()
+out["search_build_s"] = time.perf_counter() - t0
+times = []
+cpu = []
+found = 0
+for _ in range(cfg["search_repeats"]):
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    res = client.search_runs(
+        [eid], "metrics.val_acc > 0.85", order_by=["metrics.val_acc DESC"], max_results=100
+    )
+    times.append((time.perf_counter() - t0) * 1000)
+    cpu.append((time.process_time() - c0) * 1000)
+    found = len(res)
+times.sort()
+out["search_p50_ms"] = statistics.median(times)
+out["search_p90_ms"] = times[int(0.9 * (len(times) - 1))]
+out["search_cpu_p50_ms"] = statistics.median(cpu)
+out["search_found"] = found
+# artifacts: the same file logged to three runs
+src = cfg["artifact"]
+if src:
+    art_exp = exp("art")
+    took = []
+    for r in range(3):
+        with mlflow.start_run(experiment_id=art_exp):
+            t0 = time.perf_counter()
+            mlflow.log_artifact(src)
+            took.append(time.perf_counter() - t0)
+    out["artifact_MBps"] = os.path.getsize(src) / 1048576 * 1.048576 / statistics.median(took)
+    out["artifact_stored_bytes_for_3_runs"] = sum(
+        os.path.getsize(os.path.join(d, f))
+        for d, _, fs in os.walk(os.path.join(work, "mlartifacts", "art"))
+        for f in fs
+    )
+print("RESULT " + json.dumps(out))
+"""
+
+
+def measure_mlflow(python: str, workdir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [python, "-c", MLFLOW_SCRIPT, json.dumps({**cfg, "workdir": str(workdir)})],
+        cwd=workdir,  # anything MLflow writes by default (./mlruns) stays in the temp dir
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(
+            f"the MLflow workload failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m reference_impls.tracking.bench", description=__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--mlflow-python", help="python of a venv with mlflow installed (omit: ours only)"
+    )
+    p.add_argument("--points", type=int, default=100_000)
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--search-runs", type=int, default=100_000)
+    p.add_argument("--artifact-mb", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--mlflow-search-repeats",
+        type=int,
+        default=5,
+        help="MLflow searches at --search-runs runs (each takes seconds at 100,000 runs)",
+    )
+    p.add_argument("--no-postgres", action="store_true")
+    p.add_argument("--no-s3", action="store_true")
+    p.add_argument(
+        "--quick", action="store_true", help="small sizes: a smoke run, not a measurement"
+    )
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.points, args.runs, args.search_runs, args.artifact_mb, args.repeats = (
+            10_000,
+            20,
+            5_000,
+            16,
+            1,
+        )
+    results: dict[str, Any] = {
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "config": vars(args),
+    }
+    with tempfile.TemporaryDirectory(prefix="tracking-bench-") as tmp:
+        work = Path(tmp)
+        print("ours, SQLite ...", file=sys.stderr, flush=True)
+        results["sqlite"] = measure_ours(
+            str(work / "ours.db"),
+            work / "sqlite",
+            points=args.points,
+            runs=args.runs,
+            search_n=args.search_runs,
+            repeats=args.repeats,
+        )
+        print("artifacts, local ...", file=sys.stderr, flush=True)
+        results["artifacts_local"] = artifacts_local(work, args.artifact_mb, args.repeats)
+        if not args.no_postgres:
+            from reference_impls.tracking.postgres import PostgresCluster, find_pg_bin
+
+            if find_pg_bin() is not None:
+                print("ours, PostgreSQL ...", file=sys.stderr, flush=True)
+                pgdir = tempfile.mkdtemp(prefix="tracking-bench-pg-")
+                try:
+                    with PostgresCluster.start(pgdir, durable=True) as pg:
+                        results["postgresql"] = measure_ours(
+                            pg.url,
+                            work / "pg",
+                            points=args.points,
+                            runs=args.runs,
+                            search_n=args.search_runs,
+                            repeats=args.repeats,
+                        )
+                finally:
+                    shutil.rmtree(pgdir, ignore_errors=True)
+        if not args.no_s3:
+            print("artifacts, S3 ...", file=sys.stderr, flush=True)
+            results["artifacts_s3"] = artifacts_s3(work, min(args.artifact_mb, 128), args.repeats)
+        if args.json:  # ours, before MLflow's (long) turn
+            Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        if args.mlflow_python:
+            print("MLflow ...", file=sys.stderr, flush=True)
+            results["mlflow"] = measure_mlflow(
+                args.mlflow_python,
+                work / "mlflow",
+                {
+                    "points": args.points,
+                    "runs": args.runs,
+                    "search_n": args.search_runs,
+                    "repeats": args.repeats,
+                    "search_repeats": args.mlflow_search_repeats,
+                    "seed": SEED,
+                    "artifact": str(work / "artifact.bin"),
+                },
+            )
+    print(render(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def render(r: dict[str, Any]) -> str:
+    """The markdown table: wall-clock and CPU-time figures, ratios against MLflow."""
+    s, pg, ml = r["sqlite"], r.get("postgresql") or {}, r.get("mlflow") or {}
+
+    def num(d: dict[str, Any], key: str, fmt: str = "{:,.0f}") -> str:
+        return fmt.format(d[key]) if key in d else "n/a"
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.1f}x" if a and b else "n/a"
+
+    n = r["config"]["search_runs"]
+    rows = [
+        "| workload | ours, SQLite | ours, PostgreSQL | MLflow, SQLite | ours (SQLite) / MLflow |",
+        "|---|---|---|---|---|",
+    ]
+    for label, key, fmt, better in (
+        ("metric logging, points/s", "log_points_per_s", "{:,.0f}", "higher"),
+        ("metric logging, points/CPU-s", "log_points_per_cpu_s", "{:,.0f}", "higher"),
+        ("run creation (20 params, 5 metrics), runs/s", "runs_per_s", "{:,.1f}", "higher"),
+        ("run creation, runs/CPU-s", "runs_per_cpu_s", "{:,.1f}", "higher"),
+        (f"search at {n:,} runs, p50 ms", "search_p50_ms", "{:.1f}", "lower"),
+        (f"search at {n:,} runs, p90 ms", "search_p90_ms", "{:.1f}", "lower"),
+        (f"search at {n:,} runs, p50 CPU ms", "search_cpu_p50_ms", "{:.1f}", "lower"),
+    ):
+        a, b = s.get(key), ml.get(key)
+        rel = ratio(a, b) if better == "higher" else ratio(b, a)
+        rows.append(
+            f"| {label} | {num(s, key, fmt)} | {num(pg, key, fmt)} | {num(ml, key, fmt)} | {rel} |"
+        )
+    a = r["artifacts_local"]
+    rows.append(
+        f"| artifact, local, MB/s | {a['ours_MBps']:,.0f} ({a['ratio']:.2f}x of copy+fsync at "
+        f"{a['copy_MBps']:,.0f}) | same store | {num(ml, 'artifact_MBps')} | "
+        f"{ratio(a['ours_MBps'], ml.get('artifact_MBps'))} |"
+    )
+    rows.append(
+        f"| bytes stored, one {a['file_bytes']:,}-byte file in 3 runs | "
+        f"{a['stored_bytes_for_3_runs']:,} | same store | "
+        f"{num(ml, 'artifact_stored_bytes_for_3_runs')} | |"
+    )
+    if "artifacts_s3" in r:
+        b = r["artifacts_s3"]
+        rows.append(
+            f"| artifact, S3 (SeaweedFS), MB/s | {b['ours_MBps']:,.0f} ({b['ratio']:.2f}x of "
+            f"boto3 upload_file at {b['boto3_MBps']:,.0f}) | same store | n/a | |"
+        )
+    met = "met" if s["search_p50_ms"] <= TARGET_P50_MS else "NOT met"
+    cpu_met = "met" if s["search_cpu_p50_ms"] <= TARGET_P50_MS else "NOT met"
+    rows += [
+        "",
+        f"search p50 target <= {TARGET_P50_MS:.0f} ms on SQLite: {met} wall-clock "
+        f"({s['search_p50_ms']:.1f} ms), {cpu_met} in CPU time ({s['search_cpu_p50_ms']:.1f} ms); "
+        f"{s['search_found']} runs returned (MLflow: {ml.get('search_found', 'n/a')})",
+    ]
+    if ml:
+        rows.append(
+            f"MLflow {ml['mlflow_version']}: one log_metric call {ml['one_log_metric_ms']:.1f} ms"
+        )
+    rows.append(f"{r['machine']}; {r['date']}")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The client's buffered logging: values are checked on the caller's thread, batches are
+written off it, a failed write surfaces on the caller's thread with nothing lost, the buffer
+is bounded, and leaving the ``with`` block flushes and ends the run."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+
+from reference_impls.tracking.client import Tracker
+from reference_impls.tracking.errors import TrackingError
+
+
+class FakeBackend:
+    """Records batches; can be told to fail or to block (the thing under test is the client)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list] = []
+        self.threads: set[str] = set()
+        self.fail = False
+        self.gate = threading.Event()
+        self.gate.set()
+        self.ended: dict[str, str] = {}
+
+    def create_run(self, project, **kw):
+        return "0" * 32
+
+    def log_metrics(self, run_id, points):
+        self.gate.wait(30)
+        self.threads.add(threading.current_thread().name)
+        if self.fail:
+            raise RuntimeError("database is down")
+        self.batches.append(list(points))
+        return len(points)
+
+    def end_run(self, run_id, status):
+        self.ended[run_id] = str(status)
+
+
+def test_batches_are_written_off_the_callers_thread_and_the_exit_flushes_all():
+    backend = FakeBackend()
+    tracker = Tracker(backend=backend, flush_points=100, flush_interval_s=30)
+    with tracker.start_run("p") as run:
+        for step in range(1000):
+            run.log_metrics({"a": step, "b": -step}, step=step)
+    points = [(p.key, p.step) for b in backend.batches for p in b]
+    assert sorted(points) == sorted((k, s) for s in range(1000) for k in "ab")
+    assert len(points) == len(set(points))
+    assert (
+        threading.current_thread().name not in backend.threads - {"MainThread"}
+        or len(backend.batches) > 1
+    )
+    assert any(t.startswith("tracking-") for t in backend.threads)
+    assert backend.ended == {"0" * 32: "finished"}
+
+
+def test_a_bad_value_raises_at_the_call_and_keeps_nothing_of_it():
+    backend = FakeBackend()
+    tracker = Tracker(backend=backend, flush_interval_s=30)
+    run = tracker.start_run("p")
+    with pytest.raises(TrackingError, match="only finite values"):
+        run.log_metrics({"ok": 1.0, "loss": math.nan}, step=3)
+    with pytest.raises(TrackingError, match="not a number"):
+        run.log_metrics({"loss": "high"}, step=3)
+    run.log_metrics({"ok": 2.0}, step=4)
+    run.finish()
+    assert [(p.key, p.step) for b in backend.batches for p in b] == [("ok", 4)]
+
+
+def test_a_failed_background_write_surfaces_on_the_callers_thread_and_loses_nothing():
+    backend = FakeBackend()
+    backend.fail = True
+    tracker = Tracker(backend=backend, flush_points=10, flush_interval_s=0.05)
+    run = tracker.start_run("p")
+    for step in range(10):
+        run.log_metrics({"a": step}, step=step)
+    deadline = time.monotonic() + 30
+    with pytest.raises(TrackingError, match="database is down"):
+        while time.monotonic() < deadline:
+            run.log_metrics({"a": 99}, step=99)
+            time.sleep(0.01)
+    backend.fail = False
+    run.finish()
+    steps = sorted({p.step for b in backend.batches for p in b})
+    assert steps[:10] == list(range(10)) and steps[-1] == 99
+
+
+def test_the_buffer_is_bounded_and_a_full_buffer_waits_for_the_writer():
+    backend = FakeBackend()
+    backend.gate.clear()  # the writer blocks inside its first write
+    tracker = Tracker(
+        backend=backend, flush_points=10, max_buffered_points=50, flush_interval_s=0.01
+    )
+    run = tracker.start_run("p")
+    done = threading.Event()
+
+    def produce():
+        for step in range(200):
+            run.log_metrics({"a": step}, step=step)
+        done.set()
+
+    t = threading.Thread(target=produce)
+    t.start()
+    time.sleep(0.5)
+    assert not done.is_set()  # blocked: 200 points cannot fit while the writer is stuck
+    assert len(run._buf) <= 50
+    backend.gate.set()
+    t.join(30)
+    assert done.is_set()
+    run.finish()
+    assert sorted(p.step for b in backend.batches for p in b) == list(range(200))
+
+
+def test_an_exception_in_the_block_ends_the_run_as_failed():
+    backend = FakeBackend()
+    tracker = Tracker(backend=backend)
+    with pytest.raises(KeyError), tracker.start_run("p") as run:
+        run.log_metrics({"a": 1.0}, step=0)
+        raise KeyError("boom")
+    assert backend.ended == {"0" * 32: "failed"}
+    assert [p.step for b in backend.batches for p in b] == [0]
+    with pytest.raises(ValueError, match="flush_points"):
+        Tracker(backend=backend, flush_points=0)
