@@ -7,7 +7,8 @@
     python -m reference_impls.scaling transport nccl.log [--expect-nvlink]
     python -m reference_impls.scaling ddp --out DIR ...   (the DDP step-timing driver)
 
-Exit status: 0 done; 1 a world size failed or a transport warning; 2 bad input.
+Exit status: 0 done; 1 a world size failed or a transport warning; 2 bad input (a transport
+log with no NCCL lines at all is bad input, not a warning).
 """
 
 from __future__ import annotations
