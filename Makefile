@@ -1,5 +1,6 @@
 # The two commands of the quickstart, and their friends.
-#   make run    the main job: `harness ci` on the default tiers (what the GitHub workflow runs)
+#   make run    the main job: `harness ci` (pull-request mode: only the tests and benchmarks the
+#               change since main reaches; make run CI_ARGS=--full for every one)
 #   make test   lint, format and type checks, then the full CPU test run (what .ci/run calls)
 # Each builds .venv from requirements/cpu.lock first when it is missing or older than the lock
 # or pyproject.toml, so on a fresh machine either is the only command needed.
@@ -11,11 +12,13 @@ LOCK := requirements/cpu.lock
 STAMP := $(VENV)/.harness-installed
 # Extra pytest arguments for `make test`, e.g. make test ARGS="-x -k quarantine".
 ARGS ?=
+# Extra arguments for `harness ci` in `make run`, e.g. make run CI_ARGS="--full --no-perf".
+CI_ARGS ?=
 
 .PHONY: run test lint venv lock clean help
 
 help:
-	@echo "make run     the main job: harness ci on the default tiers (reports in reports/)"
+	@echo "make run     the main job: harness ci, what the change reaches (CI_ARGS=--full: all)"
 	@echo "make test    make lint, then the full CPU test run (what .ci/run calls); ARGS='...' adds pytest args"
 	@echo "make lint    ruff (lint and format check) and mypy, as make test runs them"
 	@echo "make venv    build .venv from $(LOCK) if it is missing or stale"
@@ -35,7 +38,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/harness ci
+	$(VENV)/bin/harness ci $(CI_ARGS)
 
 # Lint, format and types gate the tests: a style or type error fails `make test` (and so
 # .ci/run) before any test runs. pytest's exit code 5 means nothing was collected: a test run

@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from harness import atomic
+from harness import prmode as _prmode
 from harness import report as _report
 
 console = Console(stderr=False, highlight=False)
@@ -253,12 +254,12 @@ def _env_step(lock: Path | None, allow_extra: bool) -> Step:
     )
 
 
-def _perf_step(report_dir: Path) -> Step:
+def _perf_step(report_dir: Path, bench: str | None = None) -> Step:
     try:
         from harness import perf
     except ImportError as exc:  # pragma: no cover - perf ships with the harness
         return Step("perf gate", StepStatus.FAILED, f"harness.perf unavailable: {exc}")
-    result = perf.ci_step(Path.cwd(), report_dir)
+    result = perf.ci_step(Path.cwd(), report_dir, bench=bench)
     status = StepStatus.PASSED if result.exit_code == 0 else StepStatus.FAILED
     if result.skipped_reason and result.exit_code == 0:
         status = StepStatus.SKIPPED
@@ -293,11 +294,13 @@ def _ci_steps(
     seed: str | None,
     perf: bool,
     steps: list[Step],
+    plan: _prmode.Plan | None = None,
 ) -> tuple[bool, str]:
     """Run the steps of ``harness ci`` in order, appending each to ``steps``; returns whether
     all passed (or were skipped for a stated reason) and the markdown summary."""
     cuda = _cuda_present()
     markdowns: list[str] = []
+    plan = plan or _prmode.Plan(selection=None, note="full run: every test and benchmark")
 
     def timed(fn: Callable[..., Step], *args: Any) -> Step:
         start = time.monotonic()
@@ -330,6 +333,7 @@ def _ci_steps(
             seed=seed,
             title=f"harness ci: {name}",
             step_summary=False,
+            pytest_args=plan.pytest_args if subdir == "cpu" else (),
         )
         markdowns.append(outcome.markdown)
         counts = _report.tier_counts(outcome.report) if outcome.report else {}
@@ -339,7 +343,18 @@ def _ci_steps(
         return Step(name, StepStatus.PASSED if passed else StepStatus.FAILED, detail)
 
     console.rule(f"[2/{total}] cpu tiers: {', '.join(tier_names) or 'all'}")
-    timed(tests_step, "cpu tiers", tier_names, "cpu")
+    if plan.skip_tests:
+        steps.append(Step("cpu tiers", StepStatus.SKIPPED, plan.skip_tests))
+        make_report_dir(report_dir / "cpu")
+        _report.write_placeholders(
+            report_dir / "cpu",
+            _report.RunStatus.SKIPPED,
+            plan.skip_tests,
+            title="harness ci: cpu tiers",
+        )
+        console.print(f"[yellow]cpu tiers: skipped[/] ({plan.skip_tests})")
+    else:
+        timed(tests_step, "cpu tiers", tier_names, "cpu")
     console.rule(f"[3/{total}] gpu tier")
     if cuda:
         timed(tests_step, "gpu tier", ["gpu"], "gpu")
@@ -354,9 +369,13 @@ def _ci_steps(
     # The perf gate plugs in here: harness.perf.ci_step runs the benchmarks and gates them.
     if perf:
         console.rule(f"[4/{total}] perf gate")
-        timed(_perf_step, report_dir / "perf")
+        if plan.skip_perf:
+            steps.append(Step("perf gate", StepStatus.SKIPPED, plan.skip_perf))
+            console.print(f"[yellow]perf gate: skipped[/] ({plan.skip_perf})")
+        else:
+            timed(_perf_step, report_dir / "perf", plan.bench)
     ok = all(s.status is not StepStatus.FAILED for s in steps)
-    return ok, _steps_markdown(steps, ok) + "\n" + "\n".join(markdowns)
+    return ok, _steps_markdown(steps, ok) + f"\n{plan.note}\n\n" + "\n".join(markdowns)
 
 
 @dataclass
@@ -413,6 +432,7 @@ def run_ci(
     lock: Path | None,
     seed: str | None,
     perf: bool,
+    plan: _prmode.Plan | None = None,
 ) -> CiResult:
     """Run the steps of ``harness ci`` (after ``begin_ci``) and write the summary.
 
@@ -420,7 +440,7 @@ def run_ci(
     """
     steps: list[Step] = []
     try:
-        ok, summary = _ci_steps(report_dir, tier_names, lock, seed, perf, steps)
+        ok, summary = _ci_steps(report_dir, tier_names, lock, seed, perf, steps, plan)
     except (KeyboardInterrupt, RunAborted):
         where = f"during step {len(steps) + 1} (after {', '.join(s.name for s in steps)})"
         reason = (

@@ -23,12 +23,14 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import artifacts, env, perf, quarantine, runs
+    from harness.cli import artifacts, env, mutate, perf, quarantine, reports, runs
 
     main.add_command(env.env)
     main.add_command(artifacts.artifacts)
     main.add_command(quarantine.quarantine)
     main.add_command(perf.perf)
+    main.add_command(reports.report)
+    main.add_command(mutate.mutate_command)
     for command in runs.COMMANDS:
         main.add_command(command)
 

@@ -17,7 +17,10 @@ from rich.table import Table
 
 from harness import atomic, pipeline, seeding
 from harness import flaky as _flaky
+from harness import prmode as _prmode
 from harness import report as _report
+from harness import selection as _selection
+from harness import shards as _shards
 from harness import tiers as _tiers
 from harness.cli.errors import UsageProblem
 from harness.pipeline import RunAborted, SuiteRun, run_suites
@@ -127,6 +130,15 @@ def _print_summary(outcome: SuiteRun) -> None:
     )
 
 
+def _parse_shard(value: str | None) -> _shards.Shard | None:
+    if value is None:
+        return None
+    try:
+        return _shards.Shard.parse(value)
+    except _shards.ShardError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command(
     name="run",
     context_settings={"ignore_unknown_options": True},
@@ -135,6 +147,7 @@ Examples:
   harness run --tier unit                      # one tier, reports in reports/
   harness run --tier unit,property --seed 42   # replay a seed
   harness run -- -k quarantine -x              # anything after -- goes to pytest
+  harness run --tier unit --shard 1/2 --seed 7 --report-dir reports/shard-1
 """,
 )
 @click.option(
@@ -160,6 +173,26 @@ Examples:
 @click.option(
     "--update-goldens", is_flag=True, help="Record golden values instead of comparing them."
 )
+@click.option(
+    "--shard",
+    metavar="K/N",
+    default=None,
+    callback=lambda _ctx, _param, value: _parse_shard(value),
+    help="Run shard K of N (split by the durations in .test_durations); merge the shards' "
+    "reports with `harness report merge`. Pass every shard the same --seed.",
+)
+@click.option(
+    "--store-durations",
+    is_flag=True,
+    help="Record this run's test durations into the durations file (what --shard splits by).",
+)
+@click.option(
+    "--durations-path",
+    type=click.Path(path_type=Path),
+    default=Path(_shards.DURATIONS_FILE),
+    show_default=True,
+    help="pytest-split's durations file (JSON: node id -> seconds).",
+)
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def run_command(
     tiers: str | None,
@@ -167,6 +200,9 @@ def run_command(
     seed: str | None,
     deterministic: str | None,
     update_goldens: bool,
+    shard: _shards.Shard | None,
+    store_durations: bool,
+    durations_path: Path,
     pytest_args: tuple[str, ...],
 ) -> None:
     """Run the suites and write JUnit XML, a JSON report and a markdown summary.
@@ -187,6 +223,13 @@ def run_command(
             report_dir, _report.RunStatus.ABORTED, f"usage error, nothing ran: {exc.message}"
         )
         raise
+    extra: list[str] = []
+    collection = report_dir / "collection.json"
+    if shard is not None:
+        collection.unlink(missing_ok=True)  # never read an earlier run's collection
+        extra += _shards.pytest_args(shard, durations_path, collection)
+    if store_durations:
+        extra += _shards.store_durations_args(durations_path)
     try:
         outcome = _bad_input(
             run_suites,
@@ -195,11 +238,15 @@ def run_command(
             seed=seed,
             deterministic=deterministic,
             update_goldens=update_goldens,
-            pytest_args=args,
+            pytest_args=[*extra, *args],
+            title=f"ml-harness run ({', '.join(names) or 'all tiers'})"
+            + (f", shard {shard}" if shard else ""),
         )
     except RunAborted as exc:
         console.print(f"[red bold]aborted[/]: {exc}; the reports in {report_dir} say so")
         sys.exit(RunAborted.exit_code)
+    if shard is not None and outcome.report is not None:
+        outcome.report = _shards.annotate_report(report_dir / "report.json", shard, collection)
     _print_summary(outcome)
     sys.exit(outcome.exit_code)
 
@@ -212,10 +259,17 @@ def run_command(
     epilog="""\b
 Steps, in order (each one runs even when an earlier one failed, so one run shows everything):
   1. env check      installed distributions vs the lock file
-  2. cpu tiers      unit, property, integration, distributed (one pytest run)
+  2. cpu tiers      unit, property, integration, distributed (one pytest run); in
+                    pull-request mode (the default) only the test files the change reaches,
+                    on N xdist workers, integration and distributed on one of them
   3. gpu tier       when CUDA is present; otherwise reported as skipped with the reason
-  4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf
+  4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf; in
+                    pull-request mode only the benchmark files the change reaches
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
+Modes: --pr (default) selects from the files changed since --changed-since REF (default
+origin/main, else main) and the import graph; a change to harness/, a conftest.py, the lock
+files or pyproject.toml selects everything. --full runs every test and benchmark (main and
+nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
 """,
 )
 @click.option(
@@ -238,8 +292,36 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
 )
 @click.option("--seed", metavar="N|last", help="Base seed (default: random, printed).")
 @click.option("--perf/--no-perf", default=True, show_default=True, help="Run the perf gate step.")
+@click.option(
+    "--pr/--full",
+    "pr_mode",
+    default=True,
+    show_default=True,
+    help="--pr: only the tests and benchmarks the change reaches, in parallel; --full: all.",
+)
+@click.option(
+    "--changed-since",
+    "changed_since",
+    metavar="REF",
+    default=None,
+    help="Base of the change in --pr mode (default: origin/main, else main; none: full run).",
+)
+@click.option(
+    "--workers",
+    metavar="N|auto",
+    default="auto",
+    show_default=True,
+    help="pytest-xdist workers in --pr mode (0: no xdist).",
+)
 def ci_command(
-    report_dir: Path, tiers: str | None, lock: Path | None, seed: str | None, perf: bool
+    report_dir: Path,
+    tiers: str | None,
+    lock: Path | None,
+    seed: str | None,
+    perf: bool,
+    pr_mode: bool,
+    changed_since: str | None,
+    workers: str,
 ) -> None:
     """The main job: the same pipeline the GitHub workflow runs, locally.
 
@@ -251,11 +333,19 @@ def ci_command(
     try:
         tier_names = _tier_list(tiers) if tiers is not None else _default_tiers()
         seed = _check_seed(seed)
+        plan = _prmode.Plan(selection=None, note="full run (--full): every test and benchmark")
+        if pr_mode:
+            try:
+                plan = _prmode.plan(Path.cwd(), base_ref=changed_since, workers=workers)
+            except _selection.SelectionError as exc:
+                raise UsageProblem(f"--changed-since: {exc}") from None
     except UsageProblem as exc:
         aborted(f"usage error, nothing ran: {exc.message}")
         raise
+    _prmode.write(plan, report_dir / "selection.json")
+    console.print(f"[bold]{plan.note}[/]", soft_wrap=True)
     try:
-        result = _bad_input(pipeline.run_ci, report_dir, tier_names, lock, seed, perf)
+        result = _bad_input(pipeline.run_ci, report_dir, tier_names, lock, seed, perf, plan)
     except RunAborted:
         console.print(f"[red bold]harness ci aborted[/]; the reports in {report_dir} say so")
         sys.exit(RunAborted.exit_code)

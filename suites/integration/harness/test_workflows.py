@@ -1,11 +1,12 @@
-"""The GitHub workflows (.github/workflows) checked offline, and the unit job run for real.
+"""The GitHub workflows (.github/workflows) checked offline, and the sharded jobs run for real.
 
 Static checks: GitHub's workflow schema (check-jsonschema), act's strict schema, actionlint and
 zizmor, all offline. Consistency: every remote action is pinned to a commit SHA, and every one
 that needs the network is mapped in .actrc to a committed no-op stub and skipped under act.
 Dynamic: act in host mode (no Docker) runs a throwaway workflow to prove that a failing step is
-seen as a failed job, then runs ci.yml's unit job exactly as .actrc configures it and requires
-``jobResult == "success"`` (act exits 0 for skipped jobs too, so the exit code is not enough).
+seen as a failed job, then runs ci.yml's sharded unit+property jobs and their merge exactly as
+.actrc configures them and requires ``jobResult == "success"`` (act exits 0 for skipped jobs
+too, so the exit code is not enough).
 
 The tools come with requirements/cpu.lock; docs/ci.md gives the same commands to run by hand.
 """
@@ -30,12 +31,22 @@ WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml")
 STUBS = ROOT / ".github" / "act-stubs"
 ACTRC = ROOT / ".actrc"
 
-CI_JOBS = {"lint", "unit", "property", "integration", "distributed", "gpu", "report"}
-NIGHTLY_JOBS = {"flake-hunt", "property-nightly"}
+CI_JOBS = {
+    "lint",
+    "unit-property",
+    "unit-property-merge",
+    "pr-fast",
+    "integration",
+    "distributed",
+    "gpu",
+    "report",
+}
+NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation"}
 
 # act copies every non-ignored file of the working tree and builds a fresh .venv in it (about
-# 40 s), then runs the whole unit tier; the job's own timeout-minutes is 20.
-UNIT_JOB_TIMEOUT_S = 20 * 60
+# 40 s) per job, then runs half of the unit and property tiers in each shard job, both at once
+# on this machine's cores, then the merge job; the jobs' own timeout-minutes are 30 and 20.
+SHARDED_JOBS_TIMEOUT_S = 50 * 60
 
 # act launched from inside act (ACT=true) would run this very test again, without end.
 under_act = pytest.mark.skipif(
@@ -276,7 +287,7 @@ def test_every_job_has_a_timeout_and_checkout_keeps_no_credentials() -> None:
 
 @under_act
 def test_act_sees_a_failing_step_as_a_failed_job(tmp_path: Path) -> None:
-    """The mechanics the unit-job test relies on, in a second: .actrc's host-mode platforms and
+    """The mechanics the sharded-jobs test relies on, in a second: .actrc's host-mode platforms and
     stubs work offline, and jobResult tells a passing job from a failing one."""
     repo = tmp_path / "repo"
     (repo / ".github" / "workflows").mkdir(parents=True)
@@ -316,20 +327,46 @@ def test_act_sees_a_failing_step_as_a_failed_job(tmp_path: Path) -> None:
 
 
 @under_act
-def test_the_ci_unit_job_passes_under_act_in_host_mode() -> None:
-    """ci.yml's unit job, run by act as .actrc configures it: in a copy of the working tree
-    (act copies what .gitignore does not exclude), building .venv from the lock, checking it,
-    and running the unit tier through `harness run`."""
-    # The host workspace holds a whole venv (~1.7 GB): a temporary folder removed afterwards,
-    # whatever the outcome (act keeps a failed job's workspace).
-    with tempfile.TemporaryDirectory(prefix="act-unit-") as cache:
+def test_the_sharded_unit_and_property_jobs_and_their_merge_pass_under_act() -> None:
+    """ci.yml's two unit+property shards and their merge, run by act as .actrc configures it:
+    each shard job in its own copy of the working tree (act copies what .gitignore does not
+    exclude), building .venv from the lock, checking it and running its half of the two tiers
+    through `harness run --shard`; the merge job then merges both shards' reports, handed over
+    through ACT_SHARDS_DIR (act has no artifact store offline), and gates on them."""
+    # The host workspaces hold a whole venv each (~1.7 GB): a temporary folder removed
+    # afterwards, whatever the outcome (act keeps a failed job's workspace).
+    with tempfile.TemporaryDirectory(prefix="act-shards-") as cache:
+        shards_dir = Path(cache) / "artifacts"
         proc = run(
-            [tool("act"), "push", "-j", "unit", "--json", "--action-cache-path", cache],
+            [
+                tool("act"),
+                "push",
+                "-j",
+                "unit-property-merge",
+                "--json",
+                "--action-cache-path",
+                cache,
+                "--env",
+                f"ACT_SHARDS_DIR={shards_dir}",
+            ],
             env=act_env(),
-            timeout=UNIT_JOB_TIMEOUT_S,
+            timeout=SHARDED_JOBS_TIMEOUT_S,
         )
-    events = act_events(proc.stdout)
-    results = job_results(events)
-    assert "unit" in results, "act did not run the unit job\n" + output_of(proc)
-    assert results["unit"] == "success", job_log(events, "unit")
-    assert proc.returncode == 0, output_of(proc)
+        events = act_events(proc.stdout)
+        finished = [
+            (event["jobID"], event["jobResult"]) for event in events if "jobResult" in event
+        ]
+        assert sorted(finished) == [
+            ("unit-property", "success"),
+            ("unit-property", "success"),
+            ("unit-property-merge", "success"),
+        ], job_log(events, "unit-property") + "\n" + job_log(events, "unit-property-merge")
+        assert proc.returncode == 0, output_of(proc)
+        reports = [
+            json.loads((shards_dir / f"shard-unit-property-{k}" / "report.json").read_text())
+            for k in (1, 2)
+        ]
+    assert [(r["shard"]["index"], r["shard"]["total"]) for r in reports] == [(1, 2), (2, 2)]
+    ran = [{t["nodeid"] for t in r["tests"]} for r in reports]
+    assert ran[0] and ran[1] and not ran[0] & ran[1]
+    assert ran[0] | ran[1] == set(reports[0]["shard"]["collected"])

@@ -1,0 +1,293 @@
+"""Merging the reports of a sharded run into one summary and one gate decision.
+
+Each shard (``harness run --shard K/N``) writes ``junit.xml``, ``report.json`` (with a
+``"shard"`` record: K, N, the whole collection, see :mod:`harness.shards`) and ``summary.md``
+into its own folder. :func:`merge` reads those folders and decides, in this order of
+suspicion, what the CI page shows and whether the run passes:
+
+1. Every shard 1..N is present exactly once, with a readable ``report.json`` and
+   ``junit.xml``, a shard record, and an exit status that means pytest ran to the end
+   (0, 1, or 5 for a shard whose part of the split is empty). A missing shard is never a
+   smaller passing run: it fails the merge.
+2. The shards agree on N, on the seed, and on the collection (same digest), so they are parts
+   of one run.
+3. The tests the shards ran add up to the collection: none missing, none run twice.
+4. Then the gate itself, with the same semantics as one unsharded run: a failed or erroring
+   test in any shard fails it; quarantined failures are reported and do not gate; quarantine
+   problems (expired or stale entries) fail it; nothing run at all fails it.
+
+Nothing here imports pytest: the JSON reports are the interface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import atomic
+from harness import report as _report
+
+__all__ = ["MergeResult", "ShardReport", "merge", "write"]
+
+_RAN_TO_THE_END = (0, 1, 5)
+"""pytest exit statuses of a shard that ran its part: passed, tests failed, nothing in it."""
+
+_JUNIT_TOTALS = ("tests", "failures", "errors", "skipped")
+
+
+@dataclasses.dataclass
+class ShardReport:
+    """One shard's folder as read from disk."""
+
+    folder: Path
+    report: dict[str, Any] | None = None
+    junit: ET.Element | None = None
+    summary: str = ""
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return (self.report or {}).get("shard") or {}
+
+    @property
+    def label(self) -> str:
+        rec = self.record
+        return f"shard {rec['index']}/{rec['total']}" if rec else str(self.folder)
+
+
+@dataclasses.dataclass
+class MergeResult:
+    """The merged run: ``passed`` is the one gate decision."""
+
+    passed: bool
+    problems: list[str]
+    """Why the shards do not add up to one whole run (each one fails the merge)."""
+    report: dict[str, Any]
+    """A JSON report in the shape :func:`harness.report.render_markdown` reads, plus
+    ``"shards"`` (one row per shard) and ``"merge_problems"``."""
+    junit: ET.Element
+    markdown: str
+    shards: list[ShardReport]
+
+
+def _read(folder: Path) -> ShardReport:
+    shard = ShardReport(folder=folder)
+    if not folder.is_dir():
+        shard.problems.append(f"{folder}: no such folder (the shard's reports never arrived)")
+        return shard
+    try:
+        shard.report = _report.load(folder / "report.json")
+    except (FileNotFoundError, ValueError) as exc:
+        shard.problems.append(str(exc))
+    try:
+        root = ET.parse(folder / "junit.xml").getroot()
+        shard.junit = root
+    except FileNotFoundError:
+        shard.problems.append(f"{folder / 'junit.xml'}: missing")
+    except ET.ParseError as exc:
+        shard.problems.append(f"{folder / 'junit.xml'}: not valid XML ({exc})")
+    summary = folder / "summary.md"
+    shard.summary = summary.read_text() if summary.is_file() else ""
+    if shard.report is not None:
+        rec = shard.report.get("shard")
+        if not rec:
+            shard.problems.append(
+                f"{folder / 'report.json'}: not a shard's report (no shard record); "
+                "run each shard with `harness run --shard K/N`"
+            )
+        elif rec.get("collected") is None:
+            shard.problems.append(
+                f"{folder}: {shard.label} recorded no collection (pytest stopped before collecting)"
+            )
+        status = shard.report.get("exit_status")
+        if _report.run_status(shard.report) is _report.RunStatus.ABORTED:
+            shard.problems.append(
+                f"{folder}: the shard's run was aborted"
+                + (f" ({shard.report['reason']})" if shard.report.get("reason") else "")
+            )
+        elif status not in _RAN_TO_THE_END:
+            shard.problems.append(
+                f"{folder}: {shard.label} did not run to the end (pytest exit status {status})"
+            )
+    return shard
+
+
+def _check_whole(shards: list[ShardReport], expect: int | None) -> list[str]:
+    """Steps 1-3 of the module docstring; every problem found, not just the first."""
+    problems = [p for s in shards for p in s.problems]
+    recorded = [s for s in shards if s.record]
+    totals = sorted({s.record["total"] for s in recorded})
+    if expect is not None and totals and totals != [expect]:
+        problems.append(
+            f"expected {expect} shards, but the shards' reports say {', '.join(map(str, totals))}"
+        )
+    if len(totals) > 1:
+        problems.append(f"the shards disagree on the shard count: {totals}")
+    total = expect if expect is not None else (totals[0] if totals else None)
+    if total is None:
+        problems.append("no shard report could be read: nothing to merge")
+        return problems
+    seen = Counter(s.record["index"] for s in recorded)
+    missing = [k for k in range(1, total + 1) if k not in seen]
+    if missing:
+        problems.append(
+            f"missing shard(s) {', '.join(f'{k}/{total}' for k in missing)}: a merge without "
+            "them would pass tests that never ran"
+        )
+    twice = sorted(k for k, n in seen.items() if n > 1)
+    if twice:
+        problems.append(f"shard(s) {twice} given more than once")
+    seeds = sorted({str(s.report.get("seed")) for s in recorded if s.report})
+    if len(seeds) > 1:
+        problems.append(
+            f"the shards ran under different seeds ({', '.join(seeds)}): pass every shard "
+            "the same --seed, so that one seed replays the whole run"
+        )
+    digests = {s.record.get("digest") for s in recorded if s.record.get("collected") is not None}
+    if len(digests) > 1:
+        problems.append(
+            "the shards collected different tests (different commits or options?): "
+            + "; ".join(f"{s.label}: {len(s.record['collected'])} tests" for s in recorded)
+        )
+    elif digests and not missing:
+        collected = set(next(s.record["collected"] for s in recorded if s.record["collected"]))
+        ran = Counter(t["nodeid"] for s in recorded for t in (s.report or {}).get("tests", []))
+        absent = sorted(collected - set(ran))
+        if absent:
+            problems.append(
+                f"{len(absent)} collected test(s) ran in no shard, e.g. {', '.join(absent[:5])}"
+            )
+        dup = sorted(n for n, c in ran.items() if c > 1)
+        if dup:
+            problems.append(f"{len(dup)} test(s) ran in more than one shard: {dup[:5]}")
+    return problems
+
+
+def _merged_junit(shards: list[ShardReport]) -> ET.Element:
+    root = ET.Element("testsuites", {"name": "ml-harness (merged shards)"})
+    totals: Counter[str] = Counter()
+    seconds = 0.0
+    for shard in shards:
+        if shard.junit is None:
+            continue
+        suites = (
+            [shard.junit] if shard.junit.tag == "testsuite" else shard.junit.findall("testsuite")
+        )
+        for suite in suites:
+            suite.set("name", f"{suite.get('name', 'pytest')} ({shard.label})")
+            for key in _JUNIT_TOTALS:
+                totals[key] += int(suite.get(key, 0))
+            seconds += float(suite.get("time", 0.0))
+            root.append(suite)
+    for key in _JUNIT_TOTALS:
+        root.set(key, str(totals[key]))
+    root.set("time", f"{seconds:.3f}")
+    return root
+
+
+def merge(folders: Sequence[Path], *, expect: int | None = None) -> MergeResult:
+    """Read every shard folder and merge them (module docstring: what fails the merge)."""
+    shards = [_read(Path(f)) for f in folders]
+    shards.sort(key=lambda s: (s.record.get("index", 0), str(s.folder)))
+    problems = _check_whole(shards, expect)
+    good = [s for s in shards if s.report is not None]
+    first: dict[str, Any] = (good[0].report or {}) if good else {}
+    tests = [t for s in good for t in (s.report or {}).get("tests", [])]
+    quarantine_problems = list(
+        dict.fromkeys(
+            p for s in good for p in (s.report or {}).get("quarantine", {}).get("problems", [])
+        )
+    )
+    gating = [t for t in tests if t.get("outcome") in ("failed", "error")]
+    if problems:
+        exit_status = 2
+    elif gating or quarantine_problems:
+        exit_status = 1
+    elif not tests:
+        exit_status = 5
+    else:
+        exit_status = 0
+    report: dict[str, Any] = {
+        **{k: v for k, v in first.items() if k not in ("tests", "shard")},
+        "exit_status": exit_status,
+        # The shards ran side by side: the run took as long as its slowest shard.
+        "duration_s": max((s.report or {}).get("duration_s", 0.0) for s in good) if good else 0.0,
+        "quarantine": {
+            **first.get("quarantine", {}),
+            "problems": quarantine_problems,
+        },
+        "goldens": [g for s in good for g in (s.report or {}).get("goldens", [])],
+        "tests": tests,
+        "merge_problems": problems,
+        "shards": [
+            {
+                "folder": str(s.folder),
+                "index": s.record.get("index"),
+                "total": s.record.get("total"),
+                "exit_status": (s.report or {}).get("exit_status"),
+                "tests": len((s.report or {}).get("tests", [])),
+                "duration_s": (s.report or {}).get("duration_s"),
+                "problems": s.problems,
+            }
+            for s in shards
+        ],
+    }
+    passed = exit_status == 0
+    markdown = _markdown(report, shards, problems)
+    return MergeResult(passed, problems, report, _merged_junit(shards), markdown, shards)
+
+
+def _markdown(report: dict[str, Any], shards: list[ShardReport], problems: list[str]) -> str:
+    n = len([s for s in shards if s.record])
+    lines = []
+    if problems:
+        lines += [
+            f"## ml-harness merged shards: ❌ incomplete ({len(problems)} problem(s)); "
+            "the merge fails",
+            "",
+        ]
+        lines += [f"- {' '.join(p.split())}" for p in problems]
+        lines.append("")
+    lines.append(_report.render_markdown(report, title=f"ml-harness merged run ({n} shard(s))"))
+    lines += [
+        "### Shards",
+        "",
+        "| shard | exit status | tests | time | folder |",
+        "|---|---|---|---|---|",
+    ]
+    for row in report["shards"]:
+        where = f"{row['index']}/{row['total']}" if row["index"] else "?"
+        time_s = f"{row['duration_s']:.1f} s" if row["duration_s"] is not None else "-"
+        lines.append(
+            f"| {where} | {row['exit_status']} | {row['tests']} | {time_s} | `{row['folder']}` |"
+        )
+    lines.append("")
+    for shard in shards:
+        if shard.summary:
+            lines += [
+                f"<details><summary>{shard.label}: its own summary</summary>",
+                "",
+                shard.summary.strip(),
+                "",
+                "</details>",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def write(result: MergeResult, out: Path) -> list[Path]:
+    """Write junit.xml, report.json and summary.md of the merged run to ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        out / "junit.xml": ET.tostring(result.junit, encoding="unicode", xml_declaration=True),
+        out / "report.json": json.dumps(result.report, indent=2, default=str) + "\n",
+        out / "summary.md": result.markdown.rstrip("\n") + "\n",
+    }
+    for path, text in files.items():
+        atomic.write_text(path, text)
+    return list(files)

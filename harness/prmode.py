@@ -1,0 +1,102 @@
+"""The pull-request mode of `harness ci`: the tests and benchmarks a change can reach, run in
+parallel. The selection itself is :mod:`harness.selection`; the parallel scheduling is
+:mod:`harness.xdist_groups`; this module turns both into what the ci steps run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+
+from harness import selection as _selection
+
+DEFAULT_BASE_REFS = ("origin/main", "main")
+"""Tried in order when --changed-since is not given."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What the ci steps run in pull-request mode."""
+
+    selection: _selection.Selection | None
+    """None: the full run (asked for, or no base could be found: ``note`` says which)."""
+    pytest_args: tuple[str, ...] = ()
+    bench: str | None = None
+    """asv --bench regex; None runs every benchmark of the group."""
+    skip_tests: str | None = None
+    """Why the test step is skipped (no test file reachable), else None."""
+    skip_perf: str | None = None
+    note: str = ""
+    """One line for the summary: the mode, the base, what was selected."""
+
+
+def _resolves(root: Path, ref: str) -> bool:
+    proc = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        cwd=root,
+        capture_output=True,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
+    """Select from the change since ``base_ref`` (default: the first of DEFAULT_BASE_REFS that
+    exists); fall back to the full run, saying why, when there is no base to compare with."""
+    # git names changed files from the top of the work tree: the graph must start there too.
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True
+    )
+    if top.returncode == 0 and top.stdout.strip():
+        root = Path(top.stdout.strip())
+    refs = [base_ref] if base_ref else [r for r in DEFAULT_BASE_REFS if _resolves(root, r)]
+    if not refs:
+        return Plan(
+            selection=None,
+            note="pull-request mode fell back to the full run: no base branch to compare "
+            f"with (none of {', '.join(DEFAULT_BASE_REFS)} exists; pass --changed-since REF)",
+        )
+    try:
+        base = _selection.merge_base(root, refs[0])
+        changed = _selection.changed_files(root, base)
+    except _selection.SelectionError as exc:
+        if base_ref:  # the user named it: a typo must not silently run everything
+            raise
+        return Plan(selection=None, note=f"pull-request mode fell back to the full run: {exc}")
+    sel = _selection.select(root, changed, base=base)
+    xdist = (
+        ("-p", "harness.xdist_groups", f"--numprocesses={workers}")
+        if workers not in ("0", "")
+        else ()
+    )
+    note = f"pull-request mode: {len(changed)} file(s) changed since {refs[0]} ({base[:10]}); "
+    if sel.everything:
+        return Plan(selection=sel, pytest_args=xdist, note=note + sel.reason + ": every test")
+    bench = _selection.bench_regex(sel.benchmarks)
+    return Plan(
+        selection=sel,
+        pytest_args=(*xdist, *sel.tests),
+        bench=bench,
+        skip_tests=None if sel.tests else f"no test file reaches the change ({sel.reason})",
+        skip_perf=None if sel.benchmarks else "no benchmark file reaches the change",
+        note=note + sel.reason,
+    )
+
+
+def write(plan_: Plan, path: Path) -> None:
+    """The selection as JSON (selection.json in the report dir), for reviewers and tools."""
+    sel = plan_.selection
+    data = {
+        "note": plan_.note,
+        "full_run": sel is None,
+        "base": sel.base if sel else None,
+        "changed": list(sel.changed) if sel else [],
+        "everything": sel.everything if sel else True,
+        "tests": list(sel.tests) if sel else [],
+        "benchmarks": list(sel.benchmarks) if sel else [],
+        "bench_regex": plan_.bench,
+        "pytest_args": list(plan_.pytest_args),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")

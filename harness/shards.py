@@ -1,0 +1,129 @@
+"""Shards: one test run split across N runners, K of N each, by recorded test durations.
+
+The splitting itself is pytest-split's (``--splits N --group K``, algorithm
+``least_duration``: each test, longest first, goes to the shard with the least total so far).
+Durations come from ``.test_durations`` in the repository root (pytest-split's JSON map of
+node id -> seconds, committed); a test missing from it counts as the average of the known ones,
+so a new test never breaks the split, it only balances it less well. Refresh the file with
+``harness run --store-durations`` (docs/harness.md, "Shards").
+
+What a shard must record so that ``harness report merge`` can prove the shards add up to the
+whole run (:mod:`harness.merge`): which shard it was (K of N), and the node ids of the whole
+collection *before* the split (every shard collects the same tests and keeps its part). The
+run's seed is already in the JSON report. :mod:`harness.shard_plugin` writes the collection;
+:func:`annotate_report` puts both into the shard's ``report.json`` under ``"shard"``.
+
+Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import atomic
+
+__all__ = [
+    "ALGORITHM",
+    "DURATIONS_FILE",
+    "Shard",
+    "ShardError",
+    "annotate_report",
+    "collection_digest",
+    "pytest_args",
+    "store_durations_args",
+]
+
+DURATIONS_FILE = ".test_durations"
+"""pytest-split's durations file, in the repository root (committed)."""
+
+ALGORITHM = "least_duration"
+"""pytest-split's algorithm: balances totals (its default, ``duration_based_chunks``, keeps
+file order but can leave one shard with most of the time when slow tests sit together)."""
+
+_SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+
+
+class ShardError(ValueError):
+    """A malformed shard spec or shard record."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Shard:
+    """Shard ``index`` of ``total`` (1-based, as ``--shard 1/2`` and GitHub matrices count)."""
+
+    index: int
+    """Which part this runner runs, 1 <= index <= total."""
+    total: int
+    """How many parts the run is split into, >= 1."""
+
+    def __post_init__(self) -> None:
+        if self.total < 1:
+            raise ShardError(f"the shard count must be >= 1, got {self.total}")
+        if not 1 <= self.index <= self.total:
+            raise ShardError(
+                f"the shard index must be between 1 and {self.total}, got {self.index}"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``"2/4"`` -> Shard(index=2, total=4), with an error that names the bad value."""
+        match = _SPEC.fullmatch(text)
+        if not match:
+            raise ShardError(f"expected K/N such as 1/2 (shard K of N), got {text!r}")
+        try:
+            return cls(index=int(match.group(1)), total=int(match.group(2)))
+        except ShardError as exc:
+            raise ShardError(f"{text!r}: {exc}") from None
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.total}"
+
+
+def pytest_args(shard: Shard, durations_path: Path, collection_path: Path) -> list[str]:
+    """The pytest arguments that run ``shard`` and record the whole collection."""
+    return [
+        "-p",
+        "harness.shard_plugin",
+        f"--harness-shard-collection={collection_path}",
+        f"--splits={shard.total}",
+        f"--group={shard.index}",
+        f"--splitting-algorithm={ALGORITHM}",
+        f"--durations-path={durations_path}",
+    ]
+
+
+def store_durations_args(durations_path: Path) -> list[str]:
+    """pytest-split's arguments to record this run's durations (merged into the file)."""
+    return ["--store-durations", f"--durations-path={durations_path}"]
+
+
+def collection_digest(nodeids: Sequence[str]) -> str:
+    """A digest of the collection that does not depend on order (shards compare it)."""
+    return hashlib.sha256("\n".join(sorted(nodeids)).encode()).hexdigest()
+
+
+def annotate_report(report_path: Path, shard: Shard, collection_path: Path) -> dict[str, Any]:
+    """Add ``"shard"`` (K, N, the whole collection and its digest) to a shard's report.json.
+
+    A collection file that is missing (pytest stopped before collecting) leaves
+    ``collected`` as None: the merge then reports the shard as incomplete rather than guess.
+    """
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    collected: list[str] | None = None
+    if collection_path.is_file():
+        collected = json.loads(collection_path.read_text())["collected"]
+    report["shard"] = {
+        "index": shard.index,
+        "total": shard.total,
+        "algorithm": ALGORITHM,
+        "collected": collected,
+        "digest": collection_digest(collected) if collected is not None else None,
+    }
+    atomic.write_text(report_path, json.dumps(report, indent=2, default=str) + "\n")
+    return report

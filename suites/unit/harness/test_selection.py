@@ -1,0 +1,150 @@
+"""harness.selection: which test files a change reaches through the import graph."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import selection
+
+PROJECT = {
+    "harness/__init__.py": "",
+    "harness/tolerances.py": "X = 1\n",
+    "comp/__init__.py": "",
+    "comp/ring/__init__.py": "from .schedule import plan\n",
+    "comp/ring/schedule.py": "from comp.ring import simulation\n\ndef plan():\n    pass\n",
+    "comp/ring/simulation.py": "STEPS = 3\n",
+    "comp/ring/presets.toml": "steps = 3\n",
+    "comp/data/__init__.py": "",
+    "comp/data/tario.py": "def read():\n    pass\n",
+    "comp/data/launcher.py": (
+        "import subprocess, sys\n"
+        "def launch():\n"
+        "    # named in a string, imported by the child process\n"
+        "    subprocess.run([sys.executable, '-m', 'comp.ring.simulation'])\n"
+    ),
+    "suites/conftest.py": "",
+    "suites/unit/ring/test_schedule.py": "from comp.ring import plan\n",
+    "suites/unit/ring/test_presets.py": "def test_it():\n    import comp.ring\n",
+    "suites/unit/data/test_tario.py": "from comp.data.tario import read\n",
+    "suites/unit/data/test_launch.py": "from comp.data import launcher\n",
+    "suites/unit/data/helpers.py": "from comp.data import tario\n",
+    "suites/unit/data/test_uses_helper.py": "import helpers\n",
+    "suites/unit/data/fixture.json": "{}\n",
+    "suites/unit/harness/test_tol.py": "from harness import tolerances\n",
+    "suites/goldens/unit/ring/test_schedule.json": "{}\n",
+    "suites/benchmarks/__init__.py": "",
+    "suites/benchmarks/bench_ring.py": "from comp.ring import simulation\n",
+    "suites/benchmarks/bench_data.py": "from comp.data import tario\n",
+    "docs/ring.md": "# ring\n",
+    "pyproject.toml": "",
+}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    for rel, text in PROJECT.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_a_change_selects_the_tests_that_reach_it_transitively_and_nothing_else(root):
+    sel = selection.select(root, ["comp/ring/simulation.py"])
+    assert not sel.everything
+    # schedule imports simulation; the package imports schedule; the launcher names the
+    # module in a string; test_presets imports the package inside a function.
+    assert sel.tests == (
+        "suites/unit/data/test_launch.py",
+        "suites/unit/ring/test_presets.py",
+        "suites/unit/ring/test_schedule.py",
+    )
+    assert sel.benchmarks == ("bench_ring",)
+    assert selection.bench_regex(sel.benchmarks) == r"^(bench_ring)\."
+
+
+def test_a_bare_import_of_a_helper_beside_the_test_is_followed(root):
+    sel = selection.select(root, ["comp/data/tario.py"])
+    assert sel.tests == ("suites/unit/data/test_tario.py", "suites/unit/data/test_uses_helper.py")
+    assert sel.benchmarks == ("bench_data",)
+
+
+def test_data_files_select_their_package_their_folder_or_their_golden_owner(root):
+    assert selection.select(root, ["comp/ring/presets.toml"]).tests == (
+        "suites/unit/data/test_launch.py",
+        "suites/unit/ring/test_presets.py",
+        "suites/unit/ring/test_schedule.py",
+    )
+    assert selection.select(root, ["suites/unit/data/fixture.json"]).tests == (
+        "suites/unit/data/test_launch.py",
+        "suites/unit/data/test_tario.py",
+        "suites/unit/data/test_uses_helper.py",
+    )
+    golden = selection.select(root, ["suites/goldens/unit/ring/test_schedule.json"])
+    assert golden.tests == ("suites/unit/ring/test_schedule.py",)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "harness/tolerances.py",
+        "suites/conftest.py",
+        "suites/unit/ring/conftest.py",
+        "pyproject.toml",
+        "requirements/cpu.lock",
+        "quarantine.toml",
+        "Makefile",  # no import reaches it: it may matter to any test
+        ".github/workflows/ci.yml",
+    ],
+)
+def test_changes_that_can_reach_every_test_select_everything(root, path):
+    sel = selection.select(root, ["comp/data/tario.py", path])
+    assert sel.everything and sel.tests == ()
+    assert path in sel.reason
+    assert selection.bench_regex(sel.benchmarks) is None  # every benchmark
+
+
+def test_documentation_and_no_change_select_nothing(root):
+    for changed in ([], ["docs/ring.md"], ["README.md"]):
+        sel = selection.select(root, changed)
+        assert not sel.everything and sel.tests == () and sel.benchmarks == ()
+
+
+def test_a_deleted_module_still_selects_its_importers(root):
+    (root / "comp/data/tario.py").unlink()
+    assert "suites/unit/data/test_tario.py" in selection.select(root, ["comp/data/tario.py"]).tests
+
+
+def test_changed_files_sees_commits_staged_unstaged_and_untracked_files(root):
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    git("checkout", "-qb", "feature")
+    (root / "comp/ring/simulation.py").write_text("STEPS = 4\n")
+    git("commit", "-qam", "one line")
+    (root / "comp/data/tario.py").write_text("def read():\n    return 1\n")  # unstaged
+    (root / "comp/data/new.py").write_text("")  # untracked
+    git("mv", "docs/ring.md", "docs/allreduce.md")  # staged rename: both paths listed
+    base = selection.merge_base(root, "main")
+    assert selection.changed_files(root, base) == [
+        "comp/data/new.py",
+        "comp/data/tario.py",
+        "comp/ring/simulation.py",
+        "docs/allreduce.md",
+        "docs/ring.md",
+    ]
+    with pytest.raises(selection.SelectionError, match="'no-such-branch'.*--changed-since"):
+        selection.merge_base(root, "no-such-branch")
