@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -96,6 +97,22 @@ def _problem(args: argparse.Namespace) -> ProblemConfig:
 
 def _default_out(kind: str) -> str:
     return str(Path("reports") / "async_sgd" / f"{kind}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+
+
+def _writable_dir(path: str | Path, flag: str) -> Path:
+    """``path`` as a run directory, created now: a file in its place (or a parent that is a
+    file, or no permission) is refused before any work, not after the run it would lose."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(
+            f"cannot use {flag} {path} as a directory ({exc.strerror}): pass a new or existing "
+            "directory you can write to"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path} is not writable: pass a directory you can write to")
+    return path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -198,6 +215,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from reference_impls.async_sgd.distributed import ServerReport, TrainConfig, run_rank
 
     out = args.out or _default_out("train")
+    if os.environ.get("RANK", "0") == "0":  # the server writes; the workers need not look
+        _writable_dir(out, "--out")
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.workers + 1
     if not 0 <= args.stragglers < world:
@@ -278,11 +297,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     ]
     if args.control:
         runs.append((out / "control", {}))
-    for run_dir, kw in runs:
+    speeds = [speed_profile(args.workers, **kw) for _, kw in runs]  # bad options: before writing
+    _writable_dir(out, "--out")
+    for (run_dir, _), run_speeds in zip(runs, speeds, strict=True):
         config = SimConfig(
             policy=policy,
             problem=problem_cfg,
-            speeds=speed_profile(args.workers, **kw),
+            speeds=run_speeds,
             updates=args.updates,
             lr=args.lr,
             seed=args.seed,
@@ -306,6 +327,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from reference_impls.async_sgd.analysis import analyze_run
 
+    if args.control and Path(args.control).resolve() == Path(args.run_dir).resolve():
+        raise ValueError(
+            f"--control {args.control} is the run itself: a control is a separate run of the "
+            "same setup without stragglers (simulate --control writes one to OUT/control)"
+        )
     results = [
         (
             "run",
@@ -346,6 +372,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from reference_impls.async_sgd.bench import run_all
 
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise ValueError(f"--seconds must be a finite number > 0, got {args.seconds}")
+    if args.json:
+        _writable_dir(Path(args.json).parent, "the directory of --json")
+        if Path(args.json).is_dir():
+            raise ValueError(f"--json {args.json} is a directory: pass a file name")
     results = run_all(workers=args.workers, seconds=args.seconds, repeat=args.repeat)
     text = json.dumps(results, indent=2)
     print(text)

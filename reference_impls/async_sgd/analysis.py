@@ -89,6 +89,15 @@ def window_stats(records: Sequence[UpdateRecord], window: int) -> WindowStats:
     loss = np.array([r.server_loss if use_server else r.loss for r in applied], dtype=np.float64)
     s = np.array([r.staleness for r in applied], dtype=np.float64)
     t = np.array([r.time_s for r in applied], dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(loss))
+    if len(bad):
+        # A NaN would make every r NaN, and "NaN > 0" is False: a diverged run would read as
+        # "no correlation found" instead of as the failure it is.
+        raise ValueError(
+            f"the loss is not finite ({loss[bad[0]]}) first at applied update version "
+            f"{applied[bad[0]].version} ({len(bad)} of {len(loss)} updates not finite): the run "
+            "diverged; lower the learning rate or bound the staleness, then analyze the new run"
+        )
     if len(applied) < 3 * window + 1:
         raise ValueError(
             f"{len(applied)} applied updates give fewer than 3 windows of {window}: use a "
@@ -186,6 +195,13 @@ def analyze_run(
     plots: bool = True,
 ) -> dict[str, Any]:
     """Correlations of one run directory (and its plots); also written to analysis.json."""
+    if not (math.isfinite(contrast) and contrast >= 1):
+        # The contrast is a ratio of the top quarter's staleness to the bottom quarter's, so it
+        # is >= 1 on every run: a bar below 1 (or NaN) would switch condition (1) off unseen.
+        raise ValueError(
+            f"contrast must be a finite number >= 1 (a ratio of mean staleness, top quarter of "
+            f"windows over bottom quarter; default 1.5), got {contrast!r}"
+        )
     run_dir = Path(run_dir)
     records = read_log(run_dir)
     summary = read_summary(run_dir)

@@ -37,6 +37,7 @@ owner, each owner keeps its own version, and staleness becomes per shard.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import queue
 import signal
@@ -114,21 +115,32 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
             raise ValueError(f"updates must be an int >= 1, got {self.updates!r}")
-        if not self.lr > 0:
+        # ``x > 0`` is True for inf: an infinite step or slowdown would be a NaN model or a
+        # worker that sleeps forever, found only after the processes started.
+        if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if not self.slowdown >= 1:
+        if not (math.isfinite(self.slowdown) and self.slowdown >= 1):
             raise ValueError(f"slowdown must be >= 1, got {self.slowdown!r}")
-        if not (0 < self.heartbeat_s < self.dead_after_s):
+        if not (0 < self.heartbeat_s < self.dead_after_s < math.inf):
             raise ValueError(
-                f"need 0 < heartbeat_s < dead_after_s, got {self.heartbeat_s} and "
+                f"need 0 < heartbeat_s < dead_after_s (finite), got {self.heartbeat_s} and "
                 f"{self.dead_after_s}"
             )
+        if not (math.isfinite(self.max_time_s) and self.max_time_s > 0):
+            raise ValueError(f"max_time_s must be a finite number > 0, got {self.max_time_s!r}")
+        if self.target_loss is not None and not math.isfinite(self.target_loss):
+            raise ValueError(f"target_loss must be finite, got {self.target_loss!r}")
         if self.checkpoint_every < 0 or self.eval_every < 0 or self.progress_every < 0:
             raise ValueError("checkpoint_every, eval_every and progress_every must be >= 0")
         if self.target_loss is not None and not self.eval_every:
             raise ValueError("target_loss needs eval_every >= 1 (the loss must be evaluated)")
         if (self.checkpoint_every or self.resume) and not self.out_dir:
             raise ValueError("checkpoints need out_dir (where checkpoint.pt is written)")
+        if self.resume and not Path(self.resume).is_file():
+            raise FileNotFoundError(
+                f"no checkpoint at {self.resume}: check the --resume path (it is checked before "
+                "any process starts)"
+            )
 
 
 @dataclasses.dataclass

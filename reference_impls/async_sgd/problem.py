@@ -48,6 +48,10 @@ class ProblemConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            # torch accepts any int but numpy's generators refuse negatives deep in a run,
+            # with a message that does not say which value.
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
         if not self.l2 >= 0:
             raise ValueError(f"l2 must be >= 0, got {self.l2!r}")
 

@@ -45,7 +45,7 @@ def read_log(run_dir: str | Path) -> list[UpdateRecord]:
             f"{run_dir} has no {LOG_NAME}: pass a directory written by 'train' or 'simulate'"
         )
     records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -61,5 +61,24 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / SUMMARY_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no {SUMMARY_NAME}")
-    summary: dict[str, Any] = json.loads(path.read_text())
+    try:
+        summary = json.loads(_read_text(path))
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}: not valid JSON ({exc}): the run was cut short or the file was edited; "
+            "rerun 'train' or 'simulate' into a fresh directory"
+        ) from None
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(summary).__name__}")
     return summary
+
+
+def _read_text(path: Path) -> str:
+    """The file's text; bytes that are not UTF-8 are a damaged file, named as such."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: not a text file (byte {exc.start} is not UTF-8): the file is damaged; "
+            "rerun 'train' or 'simulate' into a fresh directory"
+        ) from None

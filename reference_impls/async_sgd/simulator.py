@@ -54,7 +54,7 @@ class WorkerSpeed:
         if not (math.isfinite(self.slowdown) and self.slowdown >= 1):
             raise ValueError(f"slowdown must be a finite number >= 1, got {self.slowdown!r}")
         for start, dur in self.stalls:
-            if not (start >= 0 and dur > 0):
+            if not (0 <= start < math.inf and 0 < dur < math.inf):
                 raise ValueError(f"a stall needs start >= 0 and duration > 0, got {(start, dur)}")
         if self.dies_at_ms is not None and not self.dies_at_ms >= 0:
             raise ValueError(f"dies_at_ms must be >= 0 or None, got {self.dies_at_ms!r}")
@@ -91,6 +91,28 @@ def speed_profile(
     worker ``dies`` (if given) dies at ``dies_at_ms``."""
     if not 0 <= stragglers <= workers:
         raise ValueError(f"stragglers must be in [0, {workers}], got {stragglers}")
+    # Each option below used to be dropped without a word when it did not apply (a worker id
+    # past the last worker, a period of 0, stalls with no straggler to stall): the run then
+    # silently lacked the failure it was asked to simulate.
+    if stall_every_ms is not None:
+        if not (math.isfinite(stall_every_ms) and stall_every_ms > 0):
+            raise ValueError(f"stall_every_ms must be a finite number > 0, got {stall_every_ms!r}")
+        if stragglers == 0:
+            raise ValueError(
+                f"stall_every_ms {stall_every_ms} stalls the stragglers, and there are none: "
+                "pass stragglers >= 1 (--stragglers K)"
+            )
+        if not (math.isfinite(stall_ms) and stall_ms > 0):
+            raise ValueError(f"stall_ms must be a finite number > 0, got {stall_ms!r}")
+    if (dies is None) != (dies_at_ms is None):
+        raise ValueError(
+            f"a death needs both the worker and the time: got dies={dies!r}, "
+            f"dies_at_ms={dies_at_ms!r} (--dies W --dies-at-ms T)"
+        )
+    if dies is not None and not 0 <= dies < workers:
+        raise ValueError(f"dies must name a worker in [0, {workers - 1}], got {dies}")
+    if dies_at_ms is not None and not (math.isfinite(dies_at_ms) and dies_at_ms >= 0):
+        raise ValueError(f"dies_at_ms must be a finite number >= 0, got {dies_at_ms!r}")
     speeds = []
     for w in range(workers):
         slow = w >= workers - stragglers
@@ -134,8 +156,10 @@ class SimConfig:
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
             raise ValueError(f"updates must be an int >= 1, got {self.updates!r}")
         for name in ("comm_ms", "dead_after_ms"):
-            if not getattr(self, name) >= 0:
+            if not 0 <= getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
         if self.eval_every < 0:
             raise ValueError(f"eval_every must be >= 0, got {self.eval_every!r}")
 

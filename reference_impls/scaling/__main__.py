@@ -7,7 +7,8 @@
     python -m reference_impls.scaling transport nccl.log [--expect-nvlink]
     python -m reference_impls.scaling ddp --out DIR ...   (the DDP step-timing driver)
 
-Exit status: 0 done; 1 a world size failed or a transport warning; 2 bad input.
+Exit status: 0 done; 1 a world size failed or a transport warning; 2 bad input (a transport
+log with no NCCL lines at all is bad input, not a warning).
 """
 
 from __future__ import annotations
@@ -22,15 +23,19 @@ __all__ = ["main"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
+    """Comma-separated integers; an empty item (``1,,2``, a trailing comma) is a typo, not a
+    request for fewer values, so it is an error rather than silently dropped."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers like 1,2,4 with no empty items; got {text!r}"
+        )
     try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
+        return tuple(int(t) for t in items)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers like 1,2,4; got {text!r}"
         ) from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
-    return values
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -282,9 +287,20 @@ def _transport(args: argparse.Namespace) -> int:
     for name in args.logs:
         path = Path(name)
         if not path.is_file():
-            print(f"error: no such log file: {name}", file=sys.stderr)
+            what = "a directory, not a log file" if path.is_dir() else "no such log file"
+            print(f"error: {name}: {what}; pass the NCCL_DEBUG_FILE output", file=sys.stderr)
             return 2
-        lines += path.read_text(errors="replace").splitlines()
+        text = path.read_text(errors="replace").splitlines()
+        if not any("NCCL" in line for line in text):
+            # Nothing of NCCL's at all is the wrong file (or a job run without NCCL_DEBUG), not
+            # a transport finding: usage error, so it cannot be mistaken for a warning.
+            print(
+                f"error: {name} has no NCCL lines ({'empty' if not text else 'not NCCL output'}):"
+                " pass the log of a job run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,NET",
+                file=sys.stderr,
+            )
+            return 2
+        lines += text
     report = parse_nccl_log(lines, expect_nvlink=args.expect_nvlink)
     print(report.summary)
     for w in report.warnings:

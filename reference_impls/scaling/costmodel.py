@@ -28,6 +28,7 @@ no straggler and no data wait (measure those; the model does not predict them).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -73,10 +74,16 @@ class Interconnect:
     inter_beta_Bps: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.alpha_s >= 0:
-            raise ValueError(f"alpha_s must be >= 0 s, got {self.alpha_s!r}")
-        if not self.beta_Bps > 0:
-            raise ValueError(f"beta_Bps must be > 0 bytes/s, got {self.beta_Bps!r}")
+        # Infinite bandwidth or latency would turn every projection into 0 or inf without a
+        # word; they are typos, not link numbers.
+        for name in ("alpha_s", "inter_alpha_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number of s >= 0, got {value!r}")
+        for name in ("beta_Bps", "inter_beta_Bps"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number of bytes/s > 0, got {value!r}")
         if self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if (self.inter_alpha_s is None) != (self.inter_beta_Bps is None):
@@ -106,16 +113,18 @@ class Workload:
     """Global batch (strong scaling) or per-rank batch (weak scaling)."""
 
     def __post_init__(self) -> None:
-        if self.fixed_s < 0 or self.per_sample_s < 0:
+        # NaN compares False with everything, so "< 0" alone let it through into a NaN table.
+        if not all(math.isfinite(v) and v >= 0 for v in (self.fixed_s, self.per_sample_s)):
             raise ValueError(
-                f"fixed_s and per_sample_s must be >= 0, got {self.fixed_s}, {self.per_sample_s}"
+                "fixed_s and per_sample_s must be finite and >= 0, got "
+                f"{self.fixed_s}, {self.per_sample_s}"
             )
         if self.grad_bytes < 0 or self.buckets < 1 or self.batch < 1:
             raise ValueError(
                 f"grad_bytes >= 0, buckets >= 1, batch >= 1 expected; got {self.grad_bytes}, "
                 f"{self.buckets}, {self.batch}"
             )
-        if not 0 <= self.backward_fraction <= 1:
+        if not 0 <= self.backward_fraction <= 1:  # False for NaN too
             raise ValueError(f"backward_fraction must be in [0, 1], got {self.backward_fraction}")
         if self.scaling not in ("strong", "weak"):
             raise ValueError(f"scaling must be 'strong' or 'weak', got {self.scaling!r}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -119,14 +120,56 @@ class InvestigateConfig:
             raise InvestigationError(
                 f"steps must be >= 3 for medians to mean anything, got {self.steps}"
             )
-        if self.slow_rank is not None and self.slow_rank >= max(ws):
+        if self.slow_rank is not None and not 0 <= self.slow_rank < max(ws):
             raise InvestigationError(
-                f"slow_rank {self.slow_rank} does not exist at world sizes {list(ws)}"
+                f"slow_rank {self.slow_rank} does not exist at world sizes {list(ws)}: pick a "
+                f"rank in [0, {max(ws) - 1}]"
             )
-        if not self.timeout_s > 0:
-            raise InvestigationError(f"timeout_s must be > 0, got {self.timeout_s}")
-        if (self.link_alpha_s is None) != (self.link_beta_Bps is None):
-            raise InvestigationError("give both --link-alpha-s and --link-beta-Bps, or neither")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise InvestigationError(f"timeout_s must be a finite number > 0, got {self.timeout_s}")
+        self._check_rest()
+
+    def _check_rest(self) -> None:
+        """Every other number, before any rank starts: a bad one would otherwise surface only
+        as a rank's traceback (or a NaN in the report) a world size later."""
+        if not self.hidden or any(not isinstance(h, int) or h < 1 for h in self.hidden):
+            raise InvestigationError(
+                f"hidden widths must be integers >= 1, got {list(self.hidden)} (e.g. 256,256)"
+            )
+        for name in ("warmup", "overhead_blocks", "seed", "loader_fail_at", "hang_at_step"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise InvestigationError(f"{name} must be >= 0, got {value}")
+        for name in ("loader_sleep_ms", "slow_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise InvestigationError(
+                    f"{name.replace('_', '-')} must be a finite number of ms >= 0, got {value}"
+                )
+        if self.slow_ms > 0 and self.slow_rank is None:
+            raise InvestigationError(f"slow-ms {self.slow_ms} needs --slow-rank (which rank)")
+        if not self.project_worlds or any(w < 1 for w in self.project_worlds):
+            raise InvestigationError(
+                f"project worlds must be integers >= 1, got {list(self.project_worlds)} "
+                "(e.g. 8,64,512)"
+            )
+        if self.gpus_per_node < 1:
+            raise InvestigationError(f"gpus-per-node must be >= 1, got {self.gpus_per_node}")
+        for alpha, beta, flags in (
+            (self.link_alpha_s, self.link_beta_Bps, "--link-alpha-us and --link-beta-GBps"),
+            (self.inter_alpha_s, self.inter_beta_Bps, "--inter-alpha-us and --inter-beta-GBps"),
+        ):
+            if (alpha is None) != (beta is None):
+                raise InvestigationError(f"give both {flags}, or neither")
+            if alpha is not None and beta is not None:
+                if not (math.isfinite(alpha) and alpha >= 0):
+                    raise InvestigationError(
+                        f"{flags}: latency must be finite and >= 0, got {alpha * 1e6} us"
+                    )
+                if not (math.isfinite(beta) and beta > 0):
+                    raise InvestigationError(
+                        f"{flags}: bandwidth must be finite and > 0, got {beta / 1e9} GB/s"
+                    )
 
     def cases(self, world: int) -> list[tuple[str, int]]:
         """(case, per-rank batch) to run at ``world``; one rank runs each distinct batch once."""
@@ -144,9 +187,26 @@ class InvestigateConfig:
         return next(name for name, b in self.cases(1) if b == batch)
 
 
+CPU_RANKS_PER_CORE = 4
+"""On CPU more ranks than cores is allowed (and flagged in the report: gloo slows ~20x), but
+past this many per core a world size is a typo, not an experiment: refused before it forks."""
+
+
 def check_devices(cfg: InvestigateConfig) -> None:
-    """More ranks than devices is an error on CUDA (ranks would share GPUs)."""
+    """More ranks than devices is an error on CUDA (ranks would share GPUs); on CPU, more than
+    ``CPU_RANKS_PER_CORE`` ranks per usable core is refused before any process starts."""
     if cfg.device != "cuda":
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 1
+        limit = CPU_RANKS_PER_CORE * cores
+        if max(cfg.world_sizes) > limit:
+            raise InvestigationError(
+                f"world size {max(cfg.world_sizes)} would start {max(cfg.world_sizes)} gloo "
+                f"processes on {cores} CPU cores (limit {limit}, {CPU_RANKS_PER_CORE} per core); "
+                "drop the larger sizes or run them on a machine with more cores"
+            )
         return
     import torch
 
@@ -172,9 +232,14 @@ def investigate(
     when any world size failed).
     """
     check_devices(cfg)
-    out.mkdir(parents=True, exist_ok=True)
     records_dir = out / "records"
-    records_dir.mkdir(exist_ok=True)
+    try:
+        records_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # OUT is a file, under a file, or not writable
+        raise InvestigationError(
+            f"cannot use --out {out} as the output directory ({exc.strerror}): pass a new or "
+            "existing directory you can write to"
+        ) from None
     runs: dict[int, list[dict[str, Any]]] = {}
     failures: dict[int, dict[str, Any]] = {}
     for world in cfg.world_sizes:

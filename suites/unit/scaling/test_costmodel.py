@@ -79,7 +79,8 @@ def test_fit_compute_separates_fixed_and_per_sample_cost():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"fixed_s": -1.0}, "fixed_s and per_sample_s must be >= 0"),
+        ({"fixed_s": -1.0}, "fixed_s and per_sample_s must be finite and >= 0"),
+        ({"per_sample_s": float("nan")}, "fixed_s and per_sample_s must be finite and >= 0"),
         ({"buckets": 0}, "buckets >= 1"),
         ({"backward_fraction": 1.5}, "backward_fraction must be in"),
         ({"scaling": "diagonal"}, "scaling must be 'strong' or 'weak'"),
@@ -92,8 +93,10 @@ def test_bad_workloads_are_named(kwargs, message):
 
 
 def test_bad_links_and_world_sizes_are_named():
-    with pytest.raises(ValueError, match="beta_Bps must be > 0"):
+    with pytest.raises(ValueError, match="beta_Bps must be a finite number of bytes/s > 0"):
         Interconnect(alpha_s=0, beta_Bps=0)
+    with pytest.raises(ValueError, match="inter_beta_Bps must be a finite number of bytes/s > 0"):
+        Interconnect(alpha_s=0, beta_Bps=1, inter_alpha_s=1e-5, inter_beta_Bps=float("inf"))
     with pytest.raises(ValueError, match="both inter_alpha_s and inter_beta_Bps"):
         Interconnect(alpha_s=0, beta_Bps=1, inter_alpha_s=1e-5)
     work, link = seeds_example()

@@ -109,6 +109,27 @@ def test_the_transport_command_exits_1_on_a_fallback_and_2_on_a_missing_file(tmp
     assert "no such log file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [(b"", "empty"), (bytes(range(256)) * 8, "not NCCL output"), (b"hello\nworld\n", "not NCCL")],
+)
+def test_an_empty_or_garbage_log_is_a_usage_error_not_a_transport_warning(
+    content, what, tmp_path, capsys
+):
+    # Exit 1 means "NCCL fell back to a slow transport"; a log with nothing of NCCL's in it
+    # says nothing about transports and used to exit 1 as if it did.
+    log = tmp_path / "nccl.log"
+    log.write_bytes(content)
+    assert main(["transport", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert f"{log} has no NCCL lines ({what}" in err and "NCCL_DEBUG=INFO" in err
+
+
+def test_a_directory_is_named_as_one(tmp_path, capsys):
+    assert main(["transport", str(tmp_path)]) == 2
+    assert "a directory, not a log file" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("line", ["NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NVLS/x"])
 def test_unusual_transports_are_classified_not_dropped(line):
     assert parse_nccl_log([line]).counts == {"NVLS": 1}
