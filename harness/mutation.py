@@ -138,7 +138,7 @@ def _module_name(path: str) -> str:
 
 
 DEFAULT_TIERS = ("unit", "property")
-"""The tiers whose tests run against each mutant by default: every mutant reruns the tests
+"""The tiers whose tests run against each mutant by default: each mutant is checked by the tests
 that execute the mutated function, so the fast tiers are where mutants should die."""
 
 

@@ -102,7 +102,7 @@ def write_json_report(
     """Write the machine-readable record of the run (read back by :func:`load`), atomically.
 
     ``state`` is the plugin's record of the run; ``over_budget`` the node ids over their
-    tier's budget; ``repro(nodeid)`` the command that reruns one test under its seed.
+    tier's budget; ``repro(nodeid)`` the command that reproduces one test under its seed.
     """
     environment: dict[str, Any] = {}
     if fingerprint:

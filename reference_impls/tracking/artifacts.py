@@ -61,7 +61,10 @@ class ObjectInfo:
     mtime: float
 
 
-def sha256_file(path: str | os.PathLike[str]) -> tuple[str, int]:
+def sha256_file(
+    path: str | os.PathLike[str], progress: Callable[[int], Any] | None = None
+) -> tuple[str, int]:
+    """(sha256 hex digest, size) of a file; ``progress(n)`` after every n bytes read."""
     h = hashlib.sha256()
     size = 0
     with open(path, "rb", buffering=0) as f:
@@ -70,6 +73,8 @@ def sha256_file(path: str | os.PathLike[str]) -> tuple[str, int]:
         while n := f.readinto(buf):
             h.update(view[:n])
             size += n
+            if progress is not None:
+                progress(n)
     return h.hexdigest(), size
 
 
@@ -161,23 +166,14 @@ class LocalArtifactStore:
             # The kernel copies (copy_file_range: no bytes through Python) while this thread
             # hashes the same file from the page cache; the two overlap on two cores.
             copy = self._pool.submit(shutil.copyfile, path, part)
-            h = hashlib.sha256()
-            size = 0
-            with open(path, "rb", buffering=0) as src:
-                buf = bytearray(CHUNK)
-                view = memoryview(buf)
-                while n := src.readinto(buf):
-                    h.update(view[:n])
-                    size += n
-                    if progress is not None:
-                        progress(n)
+            digest, size = sha256_file(path, progress)
             copy.result()
             after = os.stat(path)
             if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or (
                 part.stat().st_size != size
             ):
                 raise ArtifactError(f"{path} changed while it was being stored; log it again")
-            return self._commit(part, h.hexdigest(), size, before_commit)
+            return self._commit(part, digest, size, before_commit)
         finally:
             part.unlink(missing_ok=True)
 
