@@ -9,10 +9,12 @@ For each module (a ``.py`` file of the project) :func:`run_module`:
 
 1. finds the test files that import it, directly or through other project modules (the same
    import graph as the pull-request selection, :mod:`harness.selection`);
-2. copies the project's packages, ``suites/``, ``pyproject.toml`` and ``quarantine.toml`` into a
-   scratch folder (mutmut rewrites files under ``mutants/`` of its working folder, and the
-   repository must never see that), with a ``[tool.mutmut]`` table naming the module alone as
-   the one to mutate and those test files as the ones to run;
+2. copies the project (in a git checkout: every file git tracks or would track, as tests read
+   files such as ``requirements/*.lock`` or ``docs/``; elsewhere: the module's package,
+   ``suites/``, ``pyproject.toml`` and ``quarantine.toml``) into a scratch folder (mutmut
+   rewrites files under ``mutants/`` of its working folder, and the repository must never see
+   that), with a ``[tool.mutmut]`` table naming the module alone as the one to mutate and those
+   test files as the ones to run;
 3. runs ``mutmut run`` there, then reads every mutant's status (``mutmut results --all``) and,
    for the ones not killed, the change (``mutmut show``: file, line, before and after).
 
@@ -159,18 +161,51 @@ def covering_tests(root: Path, path: str, tiers: Sequence[str] = DEFAULT_TIERS) 
     )
 
 
-def _prepare(root: Path, path: str, tests: Sequence[str], work: Path) -> None:
+def _project_files(root: Path) -> list[str] | None:
+    """The files of the project at ``root`` as git sees them (tracked, plus untracked ones not
+    ignored, so a test not yet committed is there too); None when ``root`` is not the top of a
+    git checkout."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    top = subprocess.run(
+        [git, "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True
+    )
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
+        return None
+    listed = subprocess.run(
+        [git, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    )
+    names = (n.decode() for n in listed.stdout.split(b"\0") if n)
+    # A file deleted in the work tree but not yet in the index is listed and absent: skip it.
+    return sorted(n for n in names if n.split("/")[0] != "mutants" and (root / n).is_file())
+
+
+def _prepare(root: Path, path: str, tests: Sequence[str], work: Path) -> list[str]:
+    """Fill ``work`` for mutmut; returns the top-level names copied besides the module's
+    package (mutmut copies them again into ``mutants/``, where the tests run)."""
     top = PurePosixPath(path).parts[0]
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", "mutants")
-    for folder in dict.fromkeys((top, "suites")):
-        if (root / folder).is_dir():
-            shutil.copytree(root / folder, work / folder, ignore=ignore)
-    for name in _COPIED_FILES:
-        if (root / name).is_file():
-            shutil.copy2(root / name, work / name)
+    files = _project_files(root)
+    if files is not None:
+        for name in files:
+            target = work / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, target)
+    else:
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", "mutants")
+        for folder in dict.fromkeys((top, "suites")):
+            if (root / folder).is_dir():
+                shutil.copytree(root / folder, work / folder, ignore=ignore)
+        for name in _COPIED_FILES:
+            if (root / name).is_file():
+                shutil.copy2(root / name, work / name)
+    also_copy = sorted({p.name for p in work.iterdir()} - {top})
     pyproject = work / "pyproject.toml"
     doc = tomlkit.parse(pyproject.read_text()) if pyproject.exists() else tomlkit.document()
     tool = doc.setdefault("tool", tomlkit.table())
@@ -179,11 +214,12 @@ def _prepare(root: Path, path: str, tests: Sequence[str], work: Path) -> None:
     tool["mutmut"] = {
         "source_paths": [top],
         "only_mutate": [path],
-        "also_copy": ["suites", *(n for n in _COPIED_FILES if (root / n).is_file())],
+        "also_copy": also_copy,
         "pytest_add_cli_args_test_selection": list(tests),
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q"],
     }
     pyproject.write_text(tomlkit.dumps(doc))
+    return also_copy
 
 
 def _mutmut(work: Path, *args: str, stream: bool = False, timeout: float | None = None) -> str:
