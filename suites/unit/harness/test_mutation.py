@@ -1,4 +1,4 @@
-"""harness.mutation's scratch folder: the tests that run against mutants see the project's files.
+"""harness.mutation's internals: the scratch folder the tests run in, mutmut's results.
 
 mutmut runs the tests inside ``mutants/`` of the scratch folder, so a test that reads a file of
 the repository (a lock file under ``requirements/``, a page under ``docs/``) fails there, on
@@ -81,3 +81,37 @@ def test_outside_a_git_checkout_the_package_suites_and_config_are_copied(tmp_pat
 
     assert sorted(p.name for p in work.iterdir()) == ["pkg", "pyproject.toml", "suites"]
     assert also_copy == ["pyproject.toml", "suites"]
+
+
+# --- a failed `mutmut run` ---------------------------------------------------------------------
+
+RESULTS = """
+    pkg.mod.x_f__mutmut_1: killed
+    pkg.mod.x_f__mutmut_2: survived
+    pkg.mod.x_f__mutmut_3: timeout
+    pkg.mod.x_g__mutmut_1: no tests
+"""
+
+
+def test_results_are_read_per_mutant():
+    assert mutation._parse_results(RESULTS) == {
+        "pkg.mod.x_f__mutmut_1": mutation.Status.KILLED,
+        "pkg.mod.x_f__mutmut_2": mutation.Status.SURVIVED,
+        "pkg.mod.x_f__mutmut_3": mutation.Status.TIMEOUT,
+        "pkg.mod.x_g__mutmut_1": mutation.Status.NO_TESTS,
+    }
+
+
+def test_a_failed_run_that_checked_every_mutant_keeps_its_statuses():
+    error = mutation.MutationError("`mutmut run` exited 1")
+    mutation._use_results_despite(error, mutation._parse_results(RESULTS))  # no raise
+
+
+@pytest.mark.parametrize(
+    "text", ["", RESULTS + "    pkg.mod.x_g__mutmut_2: not checked\n"], ids=["none", "unfinished"]
+)
+def test_a_failed_run_that_left_mutants_unchecked_is_an_error_not_a_score(text):
+    error = mutation.MutationError("`mutmut run` exited 1")
+    unchecked = r"exited 1\n\d+ of \d+ mutant\(s\) not checked"
+    with pytest.raises(mutation.MutationError, match=unchecked):
+        mutation._use_results_despite(error, mutation._parse_results(text))
