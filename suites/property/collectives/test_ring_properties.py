@@ -227,3 +227,47 @@ def test_signed_zeros_expose_an_adding_all_gather_even_under_max():
     )
     with pytest.raises(AssertionError, match="worker 1 differs from worker 0"):
         check_workers_agree_bitwise(case, broken)
+
+
+# ---- the integer range's exact edges ---------------------------------------------------------
+
+
+def _split(total: int, n: int) -> list[int]:
+    """n integers summing to ``total``, each between 0 and total (or total and 0)."""
+    part = abs(total) // n * (1 if total >= 0 else -1)  # so the remainder shares its sign
+    return [part] * (n - 1) + [total - part * (n - 1)]
+
+
+@settings(max_examples=60)
+@given(
+    n=st.integers(2, 9),
+    dtype=st.sampled_from(INT_DTYPES + ("uint64",)),
+    edge=st.sampled_from(["max", "min"]),
+    data=st.data(),
+)
+def test_a_sum_of_exactly_the_dtypes_limit_is_exact_and_one_past_it_is_refused(
+    n, dtype, edge, data
+):
+    # The boundary the random property above almost never draws: an element whose true sum is
+    # exactly iinfo.max (or .min) fits; one more (one less) overflows and is named.
+    dtype = np.dtype(dtype)
+    info = np.iinfo(dtype)
+    limit = int(info.max if edge == "max" else info.min)
+    length = data.draw(st.integers(1, 6), label="length")
+    i = data.draw(st.integers(0, length - 1), label="element")
+    # The other elements fit whatever n is: each worker's share of the range.
+    fits = st.integers(-(-int(info.min) // n), int(info.max) // n)
+    arrays = [data.draw(hnp.arrays(dtype, length, elements=fits)) for _ in range(n)]
+    for a, part in zip(arrays, _split(limit, n), strict=True):
+        a[i] = part
+    expected = [sum(int(a[j]) for a in arrays) for j in range(length)]
+    assert expected[i] == limit
+    for result in simulate_ring_allreduce(arrays, "sum"):
+        assert [int(v) for v in result] == expected
+    if limit == 0:
+        return  # unsigned: nothing below 0 to reach with one more step
+    w = data.draw(st.integers(0, n - 2), label="worker nudged")  # its part is not the limit
+    arrays[w][i] += 1 if edge == "max" else -1
+    past = limit + (1 if edge == "max" else -1)
+    with pytest.raises(ValueError, match=rf"element \({i},\) sums to {past}, outside .*\(1 of"):
+        simulate_ring_allreduce(arrays, "sum")

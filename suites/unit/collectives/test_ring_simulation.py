@@ -259,3 +259,84 @@ def test_launch_config_rejects_bad_values_with_the_value_in_the_message(kwargs, 
 
     with pytest.raises(ValueError, match=message):
         LaunchConfig(**kwargs)
+
+
+# --- edges found by mutation testing (docs/benchmarks/mutation.md) ----------------------------
+
+
+def test_a_multidimensional_array_with_uneven_chunks_is_reduced_element_by_element():
+    # 6 elements over 4 workers: chunks of 2, 2, 1, 1, so the first chunks cut across rows.
+    arrays = [np.arange(6, dtype=np.int32).reshape(2, 3) * (w + 1) for w in range(4)]
+    for result in simulate_ring_allreduce(arrays, "sum"):
+        assert_equal(result, np.arange(6, dtype=np.int32).reshape(2, 3) * 10)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "op", "message"),
+    [
+        ([], "sum", "simulate_ring_allreduce needs at least one worker's array, got none"),
+        (
+            [np.zeros(3, np.int16)] * 2,
+            "mean",
+            "op='mean' needs a floating-point dtype, got int16: the mean of integers is not an "
+            "integer; reduce with op='sum' and divide, or cast to a float dtype first",
+        ),
+    ],
+)
+def test_the_whole_message_says_what_to_do(arrays, op, message):
+    with pytest.raises(ValueError) as info:
+        simulate_ring_allreduce(arrays, op)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("dtype", "values", "counted", "advice"),
+    [
+        # int8 sums to exactly the range's ends are fine; only the element past them counts.
+        ("int8", [[-64, 64, 100], [-64, 63, 100]], "element (2,) sums to 200", "int16 holds"),
+        ("int8", [[-100, 64, 0], [-29, 63, 0]], "element (0,) sums to -129", "int16 holds"),
+        ("int16", [[32767, -32768], [1, 0]], "element (0,) sums to 32768", "int32 holds"),
+        ("int32", [[2**31 - 1], [1]], "element (0,) sums to 2147483648", "int64 holds"),
+        ("int32", [[-(2**31)], [-1]], "sums to -2147483649", "int64 holds"),
+        ("int64", [[2**62], [2**62]], "sums to 9223372036854775808", "no 64-bit integer dtype"),
+        ("int64", [[-(2**62) - 1], [-(2**62)]], "sums to -9223372036854775809", "no 64-bit"),
+    ],
+)
+def test_an_overflow_counts_only_the_elements_past_the_range_and_names_the_narrowest_fix(
+    dtype, values, counted, advice
+):
+    arrays = [np.array(v, dtype) for v in values]
+    with pytest.raises(ValueError) as info:
+        simulate_ring_allreduce(arrays, "sum")
+    message = str(info.value)
+    assert counted in message and advice in message
+    assert f"(1 of {arrays[0].size} elements overflow)" in message
+
+
+@pytest.mark.parametrize("bits", [16, 32, 64])
+def test_the_advice_names_the_narrowest_signed_type_holding_the_sums_at_its_exact_edges(bits):
+    from reference_impls.collectives.simulation import _wider
+
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1  # iinfo(int<bits>).min and .max
+    assert f"int{bits} holds" in _wider(low, high)
+    past = "no 64-bit integer dtype" if bits == 64 else f"int{2 * bits} holds"
+    assert past in _wider(low - 1, high)
+    assert past in _wider(low, high + 1)
+
+
+def test_chunk_bounds_are_integers_that_slice_the_array_into_its_chunks():
+    bounds = chunk_bounds(10, 3)
+    assert bounds.dtype == np.int64  # float offsets cannot index: a[1.0:4.0] raises
+    data = np.arange(10)
+    assert [data[bounds[c] : bounds[c + 1]].tolist() for c in range(3)] == [
+        [0, 1, 2, 3],
+        [4, 5, 6],
+        [7, 8, 9],
+    ]
+
+
+def test_a_negative_length_or_world_size_is_refused_naming_the_value():
+    with pytest.raises(ValueError, match=r"^length must be >= 0, got -1$"):
+        chunk_bounds(-1, 3)
+    with pytest.raises(ValueError, match=r"^world_size must be >= 1, got 0$"):
+        ring_cost(0, 10, 4)
