@@ -319,9 +319,13 @@ def test_the_advice_names_the_narrowest_signed_type_holding_the_sums_at_its_exac
 
     low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1  # iinfo(int<bits>).min and .max
     assert f"int{bits} holds" in _wider(low, high)
-    past = "no 64-bit integer dtype" if bits == 64 else f"int{2 * bits} holds"
-    assert past in _wider(low - 1, high)
-    assert past in _wider(low, high + 1)
+    past = (
+        "no 64-bit integer dtype holds these sums: use a floating-point dtype"
+        if bits == 64
+        else f"use a wider dtype (int{2 * bits} holds these sums) or a floating-point one"
+    )
+    assert _wider(low - 1, high) == past
+    assert _wider(low, high + 1) == past
 
 
 def test_chunk_bounds_are_integers_that_slice_the_array_into_its_chunks():
