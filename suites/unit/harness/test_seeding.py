@@ -162,9 +162,16 @@ def test_determinism_switches_torch_and_cudnn_and_keeps_a_set_cublas_workspace(
 def test_the_profiles_have_the_documented_settings_whatever_profile_was_loaded():
     hypothesis = pytest.importorskip("hypothesis")
     settings, too_slow = hypothesis.settings, hypothesis.HealthCheck.too_slow
+    # The plugin registered the three profiles when this run started: replace them with
+    # something else first, so what is read below is what this call registered.
+    for name in ("dev", "ci", "nightly"):
+        settings.register_profile(name, max_examples=5)
     settings.register_profile("some_user_profile", max_examples=3, derandomize=True)
     settings.load_profile("some_user_profile")  # the autouse fixture restores the outer one
-    assert seeding.register_hypothesis_profiles() is True
+    try:
+        assert seeding.register_hypothesis_profiles() is True
+    finally:
+        seeding.register_hypothesis_profiles()  # the real ones back, whatever happened
     default = settings.get_profile("default")
     dev, ci, nightly = (settings.get_profile(n) for n in ("dev", "ci", "nightly"))
     # Parented on "default", not on the profile that happened to be loaded.
