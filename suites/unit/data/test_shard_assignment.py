@@ -212,3 +212,30 @@ def test_shuffle_orders_differ_between_keys(seed):
     rng = random.Random(seed)
     a, b = rng.random(), rng.random()
     assert list(ShuffleSchedule(100, 20, f"{a}")) != list(ShuffleSchedule(100, 20, f"{b}"))
+
+
+def test_a_buffer_of_two_already_shuffles():
+    # The smallest real shuffle: 1 is no shuffle, 2 can swap neighbours. 49 coin flips all
+    # landing on "keep the order" has p = 2**-49; the key fixes which flips these are.
+    out = list(ShuffleSchedule(50, 2, "k"))
+    assert sorted(out) == list(range(50)) and out != list(range(50))
+
+
+@pytest.mark.parametrize("buffer_size", [0, 1, 2])
+def test_skipping_counts_what_was_already_read_with_or_without_a_buffer(buffer_size):
+    schedule = ShuffleSchedule(5, buffer_size, "k")
+    first = [next(schedule) for _ in range(3)]
+    with pytest.raises(ValueError, match=r"^cannot skip 3 samples: only 2 remain in this stream$"):
+        schedule.advance(3)
+    schedule.advance(2)
+    assert schedule.emitted == 5 and list(schedule) == []
+    if buffer_size <= 1:
+        assert first == [0, 1, 2]  # no buffer: stored order
+
+
+@pytest.mark.parametrize(("n", "buffer_size"), [(-1, 4), (4, -1)])
+def test_a_negative_length_or_buffer_is_refused_naming_both(n, buffer_size):
+    with pytest.raises(
+        ValueError, match=rf"^n and buffer_size must be >= 0, got {n} and {buffer_size}$"
+    ):
+        ShuffleSchedule(n, buffer_size, "k")
