@@ -106,6 +106,7 @@ def test_drop_with_fewer_samples_than_ranks_is_an_error_naming_both_numbers():
         ({"rank": 4, "world_size": 4}, r"rank must be in \[0, 4\), got 4"),
         ({"world_size": 0}, r"world_size must be >= 1, got 0"),
         ({"worker": 2, "num_workers": 2}, r"worker must be in \[0, 2\), got 2"),
+        ({"num_workers": 0}, r"^num_workers must be >= 1, got 0$"),
         ({"uneven": "wrap"}, r"uneven must be one of .*got 'wrap'"),
     ],
 )
@@ -116,8 +117,9 @@ def test_bad_reader_coordinates_are_rejected_with_the_bad_value(kwargs, message)
 
 
 def test_a_dataset_without_samples_is_rejected():
-    with pytest.raises(ValueError, match="no samples"):
+    with pytest.raises(ValueError) as info:
         plan_worker([0, 0], seed=0, epoch=0, rank=0, world_size=1)
+    assert str(info.value) == "the dataset has no samples: every shard in the manifest is empty"
 
 
 def test_a_rank_reads_each_of_its_shards_in_one_piece():
