@@ -241,3 +241,22 @@ def test_a_negative_length_or_buffer_is_refused_naming_both(n, buffer_size):
         ValueError, match=rf"^n and buffer_size must be >= 0, got {n} and {buffer_size}$"
     ):
         ShuffleSchedule(n, buffer_size, "k")
+
+
+def test_by_default_one_worker_reads_the_whole_rank_in_shuffled_shard_order():
+    counts = [3, 4, 2, 5]
+    plan = plan_worker(counts, seed=1, epoch=0, rank=0, world_size=1)
+    assert sum(len(s) for s in plan) == 14  # num_workers defaults to 1: nothing left out
+    assert [s.shard for s in plan] == epoch_shard_order(4, 1, 0)
+
+
+def test_without_shard_shuffling_shards_are_read_in_manifest_order():
+    counts = [3, 4, 2, 5]
+    for epoch in range(3):  # every epoch, where the shuffled order changes
+        plan = plan_worker(counts, seed=1, epoch=epoch, rank=0, world_size=1, shuffle_shards=False)
+        assert [(s.shard, s.start, s.stop) for s in plan] == [
+            (0, 0, 3),
+            (1, 0, 4),
+            (2, 0, 2),
+            (3, 0, 5),
+        ]
