@@ -95,6 +95,13 @@ def test_more_ranks_than_samples_pads_every_rank_to_one_sample():
     assert sum(pad for its in plan.values() for *_, pad in its) == 2
 
 
+def test_drop_with_exactly_one_sample_per_rank_gives_each_rank_one():
+    plans = [
+        plan_worker([2, 1], seed=0, epoch=0, rank=r, world_size=3, uneven="drop") for r in range(3)
+    ]
+    assert [sum(len(s) for s in plan) for plan in plans] == [1, 1, 1]
+
+
 def test_drop_with_fewer_samples_than_ranks_is_an_error_naming_both_numbers():
     with pytest.raises(ValueError, match=r"3 samples and world_size 5"):
         plan_worker([2, 1], seed=0, epoch=0, rank=0, world_size=5, uneven="drop")
