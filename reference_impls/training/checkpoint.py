@@ -275,6 +275,15 @@ _ABSENT = _Absent()
 # --------------------------------------------------------------------------- the run directory
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where the OS refuses to look (a name over the length limit
+    raises ENAMETOOLONG from ``stat``): mkdir then fails with a RunDirError saying why."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def check_run_dir(directory: str | os.PathLike) -> None:
     """Create ``directory`` if needed and prove that files can be created in it.
 
@@ -290,9 +299,9 @@ def check_run_dir(directory: str | os.PathLike) -> None:
         )
     path = Path(directory)
     existing = path
-    while not existing.exists() and existing != existing.parent:
+    while not _exists(existing) and existing != existing.parent:
         existing = existing.parent
-    if existing.exists() and not existing.is_dir():
+    if _exists(existing) and not existing.is_dir():
         if existing == path:
             raise RunDirError(
                 f"run directory {path} is a file, not a directory: give a directory (a missing "

@@ -20,10 +20,10 @@ import torch
 from reference_impls.training import checkpoint as ck
 
 
-def minimal_state(number: int = 0) -> dict:
-    """The keys load_checkpoint requires."""
+def minimal_state(number: int = 0, size: int = 8) -> dict:
+    """The keys load_checkpoint requires; ``size``: elements of the one weight tensor."""
     return {
-        "format": ck.FORMAT, "model": {"w": torch.full((8,), float(number))}, "optimizer": {},
+        "format": ck.FORMAT, "model": {"w": torch.full((size,), float(number))}, "optimizer": {},
         "scheduler": {}, "epoch": number, "step": number, "position": {"epoch": 0, "batch": 0},
         "early_stopping": {}, "val_loss": 1.0, "stop_reason": None, "rng": {}, "world_size": 1,
         "config": {"model": {"d": 8}},
@@ -257,3 +257,60 @@ def test_damaged_checkpoints_set_aside_keep_every_earlier_one(tmp_path):
     assert names == ["latest.pt.corrupt", "latest.pt.corrupt.1", "latest.pt.corrupt.2"]
     assert [(tmp_path / n).read_text() for n in names] == [f"damaged {i}" for i in range(3)]
     assert not store.latest.exists()
+
+
+def test_a_run_directory_name_over_the_length_limit_is_a_run_dir_error_not_an_oserror(tmp_path):
+    # stat() of such a name raises ENAMETOOLONG rather than reporting it missing.
+    path = tmp_path / ("x" * 300) / "run"
+    with pytest.raises(ck.RunDirError) as info:
+        ck.check_run_dir(path)
+    assert info.value.path == path
+    assert str(info.value) == (
+        f"cannot create run directory {path}: File name too long (in {tmp_path}); choose a "
+        "directory this user may write"
+    )
+
+
+def _flip_tensor_byte(path: Path) -> None:
+    """Damage the largest record so that only the CRC check notices (torch.load does not)."""
+    with zipfile.ZipFile(path) as archive:
+        info = max(archive.infolist(), key=lambda i: i.file_size)
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+    data[info.header_offset + 30 + name_len + extra_len] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_resume_checks_crcs_by_default_and_falls_back_past_a_damaged_latest(tmp_path):
+    store = ck.CheckpointStore(tmp_path)
+    for number in range(3):  # 1000 floats: the tensor is the largest record, not the pickle
+        store.save(minimal_state(number, size=1000), best=False)
+    _flip_tensor_byte(store.latest)
+    torch.load(store.latest, weights_only=True)  # loads fine: only the CRC check catches it
+
+    point = store.find_resume({"d": 8})
+
+    assert point is not None and point.path == store.previous[0]
+    assert point.state["step"] == 1
+    assert [e.path for e in point.skipped] == [store.latest]
+
+
+def test_resume_with_every_generation_damaged_lists_them_all_and_says_what_to_do(tmp_path):
+    store = ck.CheckpointStore(tmp_path)
+    for number in range(3):
+        store.save(minimal_state(number), best=False)
+    for path in (store.latest, *store.previous):
+        path.write_bytes(b"garbage")
+
+    with pytest.raises(ck.CheckpointError) as info:
+        store.find_resume()
+
+    assert info.value.path == tmp_path
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"no usable checkpoint to resume from in {tmp_path}:"
+    assert [line.split(" is unusable")[0] for line in lines[1:4]] == [
+        f"  checkpoint {p}" for p in (store.latest, *store.previous)
+    ]
+    assert lines[4] == (
+        "Start a fresh run in a new directory, or restore a good copy of one of them."
+    )
