@@ -314,3 +314,21 @@ def test_resume_with_every_generation_damaged_lists_them_all_and_says_what_to_do
     assert lines[4] == (
         "Start a fresh run in a new directory, or restore a good copy of one of them."
     )
+
+
+def test_resume_without_latest_takes_the_newest_older_generation(tmp_path):
+    store = ck.CheckpointStore(tmp_path)
+    for number in range(3):
+        store.save(minimal_state(number), best=False)
+    store.latest.unlink()  # e.g. set aside by hand
+    point = store.find_resume()
+    assert point is not None and point.path == store.previous[0] and point.skipped == []
+
+
+def test_resume_without_verification_skips_the_crc_pass(tmp_path):
+    # verify=False trades the CRC pass for speed: a flipped tensor byte then goes unnoticed.
+    store = ck.CheckpointStore(tmp_path)
+    store.save(minimal_state(0, size=1000), best=False)
+    _flip_tensor_byte(store.latest)
+    point = store.find_resume(verify=False)
+    assert point is not None and point.path == store.latest
