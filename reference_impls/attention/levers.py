@@ -90,7 +90,9 @@ def variant(name: str) -> ModuleType:
     path = VARIANT_DIR / f"{mod_name}.py"
     src = _ws_source()
     if not path.exists() or path.read_text() != src:
-        path.write_text(src)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(src)
+        os.replace(tmp, path)  # atomic: worker processes may import it meanwhile
     spec = importlib.util.spec_from_file_location(mod_name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -344,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     items = plan(set(args.only.split(",")))
     causals = [{"no": False, "yes": True}[c] for c in args.causal.split(",")]
     todo = [(it, c) for it in items for c in causals]
+    variant("ws")  # written once here, before the workers import it
     print(f"# compiling {len(todo)} kernels in {args.jobs} processes", flush=True)
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
         status = list(pool.map(_compile, *zip(*todo, strict=True)))
