@@ -42,7 +42,6 @@ import dataclasses
 import math
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -63,6 +62,7 @@ __all__ = ["Fp8Blocks", "attention_fp8", "quantize_fp8", "FP8_DTYPE", "FP8_MAX"]
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # e4m3fn's largest finite value
+FP8_MAX_TL = tl.constexpr(FP8_MAX)
 # Rows per scale, default. Key blocks of the kernel must not straddle two scale blocks, so the
 # smallest block size is the largest BLOCK_N of the configs (64 on GPUs; 16 interpreted).
 DEFAULT_BLOCK_SIZE = 128
@@ -107,8 +107,9 @@ def quantize_fp8(
 ) -> Fp8Blocks:
     """Quantize a (B, H, N, D) fp16/bf16/fp32 tensor to e4m3 with one scale per block of
     ``block_size`` rows of each head: ``scale = max|block| / 448`` (1 for an all-zero block),
-    ``data = round_to_nearest(x / scale)``. ``transpose=True`` stores (B, H, D, N), the layout
-    the kernel needs for V."""
+    ``data = round_to_nearest(x / scale)``, in one Triton kernel (one read of ``x``).
+    ``transpose=True`` stores (B, H, D, N), the layout the kernel needs for V. Like the bf16
+    kernel, it does not look for inf or NaN: a block holding one comes out NaN."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"quantize_fp8 needs a (B, H, N, D) tensor, got {shape}")
@@ -122,20 +123,90 @@ def quantize_fp8(
         )
     if min(b, h, n) == 0:
         raise ValueError(f"quantize_fp8 needs a non-empty tensor, got {tuple(x.shape)}")
+    _check_device(x.device)
+    if x.stride(-1) != 1:
+        x = x.contiguous()
     blocks = triton.cdiv(n, block_size)
-    pad = blocks * block_size - n
-    xf = F.pad(x.detach().float(), (0, 0, 0, pad)).view(b, h, blocks, block_size, d)
-    amax = xf.abs().amax(dim=(-1, -2))  # (B, H, blocks)
-    if not torch.isfinite(amax).all():
-        raise ValueError("quantize_fp8: the input holds inf or NaN, which e4m3 cannot store")
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    q = (xf / scale[..., None, None]).to(FP8_DTYPE).view(b, h, blocks * block_size, d)
-    if transpose:
-        n_pad = triton.cdiv(n, 16) * 16
-        data = q[:, :, :n_pad].transpose(2, 3).contiguous()  # (B, H, D, N padded to 16)
-    else:
-        data = q[:, :, :n].contiguous()
-    return Fp8Blocks(data, scale.contiguous(), block_size, transpose, n)
+    n_out = triton.cdiv(n, 16) * 16 if transpose else n
+    shape = (b, h, d, n_out) if transpose else (b, h, n, d)
+    data = torch.empty(shape, device=x.device, dtype=FP8_DTYPE)
+    scale = torch.empty((b, h, blocks), device=x.device, dtype=torch.float32)
+    head_dim = triton.next_power_of_2(d)
+    _quantize_kernel[(b * h * blocks,)](
+        x, data, scale, n, d, n_out, *x.stride()[:3], h, blocks,
+        BLOCK=block_size, HEAD_DIM=head_dim, TRANSPOSE=transpose,
+        num_warps=8 if block_size * head_dim >= 8192 else 4,
+    )  # fmt: skip
+    return Fp8Blocks(data, scale, block_size, transpose, n)
+
+
+@triton.jit
+def _round_to_e4m3(y):
+    """fp32 ``y`` (|y| <= 448) rounded to the nearest e4m3 value, ties to even, still as fp32.
+
+    Done by hand rather than left to the cast, because the interpreter's fp32 -> fp8 rounding
+    loses the carry into the exponent (1.96 rounds to 1.0 at some exponents); after this the
+    cast is exact on both. Normal range (|y| >= 2^-6): round the fp32 bits to 3 mantissa bits
+    (adding below bit 20 carries into the exponent as it should). Subnormals: multiples of
+    2^-9, by the add-and-subtract-1.5 * 2^23 trick (fp32 rounds to an integer there)."""
+    y = tl.minimum(tl.maximum(y, -FP8_MAX_TL), FP8_MAX_TL)
+    bits = y.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576  # -1048576: 0xFFF00000
+    normal = bits.to(tl.float32, bitcast=True)
+    magic = 12582912.0  # 1.5 * 2^23
+    sub = ((y * 512.0 + magic) - magic) * 0.001953125  # * 2^-9
+    return tl.where(tl.abs(y) < 0.015625, sub, normal)
+
+
+@triton.jit(do_not_specialize=["n", "n_out", "num_heads", "n_blocks"])
+def _quantize_kernel(
+    X,
+    DATA,
+    SCALE,
+    n,
+    d,
+    n_out,
+    stride_b,
+    stride_h,
+    stride_n,
+    num_heads,
+    n_blocks,
+    BLOCK: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    TRANSPOSE: tl.constexpr,
+):
+    """One program per block of BLOCK rows of one head: scale = max|x| / 448 (1 when the block
+    is all zeros), data = x / scale rounded to nearest even. Rows past ``n`` (the transposed
+    layout's padding up to ``n_out``) are written as zeros."""
+    pid = tl.program_id(0)
+    bh = pid // n_blocks
+    rows = (pid % n_blocks) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.arange(0, HEAD_DIM)
+    col_ok = (cols < d)[None, :]
+    b = (bh // num_heads).to(tl.int64)
+    h = (bh % num_heads).to(tl.int64)
+    src = X + b * stride_b + h * stride_h + rows.to(tl.int64)[:, None] * stride_n + cols[None, :]
+    x = tl.load(src, mask=(rows < n)[:, None] & col_ok, other=0.0).to(tl.float32)
+    amax = tl.max(tl.max(tl.abs(x), 1), 0)
+    scale = tl.where(amax > 0, amax / FP8_MAX_TL, 1.0)
+    y = _round_to_e4m3(x / scale).to(DATA.dtype.element_ty)  # exact: already representable
+    tl.store(SCALE + pid, scale)
+    if TRANSPOSE:  # DATA (B, H, D, n_out)
+        dst = DATA + (bh.to(tl.int64) * d + cols[None, :]) * n_out + rows[:, None]
+        tl.store(dst, y, mask=(rows < n_out)[:, None] & col_ok)
+    else:  # DATA (B, H, n, D)
+        dst = DATA + (bh.to(tl.int64) * n + rows[:, None]) * d + cols[None, :]
+        tl.store(dst, y, mask=(rows < n)[:, None] & col_ok)
+
+
+def _check_device(device: torch.device) -> None:
+    if INTERPRET:
+        if device.type != "cpu":
+            raise ValueError(
+                f"under TRITON_INTERPRET=1 the kernels run on CPU tensors, got {device}"
+            )
+    elif device.type != "cuda":
+        raise ValueError(f"fp8 attention needs CUDA tensors, got {device}")
 
 
 def _check_block_size(block_size: object) -> None:

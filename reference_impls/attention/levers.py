@@ -55,6 +55,20 @@ DQ_128 = [
     (128, 32, 8, 4), (64, 128, 8, 2), (128, 128, 8, 2),
 ]  # fmt: skip
 FUSED_64 = [(64, 64, 4, 3), (64, 128, 8, 3), (64, 64, 8, 3), (64, 64, 4, 4)]
+# The second run's sweeps, around the first run's winners and at D=64 for both backwards.
+DKDV_128_MORE = [(64, 128, 8, 4), (64, 128, 8, 2), (32, 128, 8, 5), (64, 128, 8, 5)]
+DQ_128_MORE = [(128, 64, 8, 4), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 2)]
+FUSED_64_MORE = [(32, 64, 4, 3), (64, 64, 4, 2), (32, 128, 8, 3), (128, 64, 8, 3), (32, 64, 4, 4)]
+DKDV_64 = [(64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3), (128, 64, 8, 3), (32, 128, 8, 3),
+           (64, 128, 8, 4), (128, 128, 8, 3)]  # fmt: skip
+DQ_64 = [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4),
+         (128, 128, 8, 3)]  # fmt: skip
+FP8 = {
+    64: [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 3),
+         (64, 64, 4, 4), (64, 32, 4, 3)],
+    128: [(64, 128, 4, 3), (64, 128, 4, 4), (64, 128, 4, 2), (128, 128, 8, 3), (128, 64, 8, 3),
+          (64, 64, 4, 3), (128, 128, 8, 4)],
+}  # fmt: skip
 FWD_128 = [(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 4)]
 PERSISTENT = ("persistent", "persistent-flat", "persistent-ws")
 LENGTHS = {128: (1024, 4096, 16384), 64: (4096,)}
@@ -278,6 +292,31 @@ def dq(kern: ModuleType, p: Problem, cfg) -> Callable[[], None]:
     return run
 
 
+def fp8_fwd(p: Problem, cfg) -> Callable[[], None]:
+    from reference_impls.attention import fp8
+
+    bm, bn, w, s = cfg
+    qq, kk = fp8.quantize_fp8(p.q), fp8.quantize_fp8(p.k)
+    vv = fp8.quantize_fp8(p.v, transpose=True)
+    dq_, dk_, dv_ = (
+        fp8._desc(qq.data, [p.b, p.h, p.n, p.d]),
+        fp8._desc(kk.data, [p.b, p.h, p.n, p.d]),
+        fp8._desc(vv.data, [p.b, p.h, p.d, p.n]),
+    )
+    dq_.block_shape, dk_.block_shape = [1, 1, bm, p.d], [1, 1, bn, p.d]
+    dv_.block_shape = [1, 1, p.d, bn]
+    grid = (p.b * p.h * triton.cdiv(p.n, bm),)
+
+    def run():
+        fp8._attn_fwd_fp8[grid](
+            dq_, dk_, dv_, qq.scale, kk.scale, vv.scale, p.o, p.scale, *p.sizes(),
+            HEAD_DIM=p.d, CAUSAL=p.causal, SCALE_BLOCK=qq.block_size, BLOCK_M=bm, BLOCK_N=bn,
+            num_warps=w, num_stages=s,
+        )  # fmt: skip
+
+    return run
+
+
 def cudnn(p: Problem, mode: str) -> Callable[[], object]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -298,15 +337,23 @@ def cudnn(p: Problem, mode: str) -> Callable[[], object]:
 # --------------------------------------------------------------------------- the plan
 
 
-def plan(only: set[str]) -> list[tuple]:
+def plan(only: set[str], variants: tuple[str, ...] = ("base", "ws")) -> list[tuple]:
     """(kind, variant, d, cfg, extra) for every timed kernel."""
     items: list[tuple] = []
+    if "more" in only:  # the second run
+        items += [("dkdv", v, 128, c, None) for v in variants for c in DKDV_128_MORE]
+        items += [("dq", v, 128, c, None) for v in variants for c in DQ_128_MORE]
+        items += [("fused", v, 64, c, None) for v in variants for c in FUSED_64_MORE]
+        items += [("dkdv", v, 64, c, None) for v in variants for c in DKDV_64]
+        items += [("dq", v, 64, c, None) for v in variants for c in DQ_64]
+    if "fp8" in only:
+        items += [("fp8", "base", d, c, None) for d in (64, 128) for c in FP8[d]]
     if "dkdv" in only:
-        items += [("dkdv", v, 128, c, None) for v in ("base", "ws") for c in DKDV_128]
+        items += [("dkdv", v, 128, c, None) for v in variants for c in DKDV_128]
     if "dq" in only:
-        items += [("dq", v, 128, c, None) for v in ("base", "ws") for c in DQ_128]
+        items += [("dq", v, 128, c, None) for v in variants for c in DQ_128]
     if "fused" in only:
-        items += [("fused", v, 64, c, None) for v in ("base", "ws") for c in FUSED_64]
+        items += [("fused", v, 64, c, None) for v in variants for c in FUSED_64]
     if "fwd" in only:
         items += [("fwd", "base", 128, c, None) for c in FWD_128]
         items += [("fwd", "base", 128, c, m) for c in FWD_128[:2] for m in PERSISTENT]
@@ -315,6 +362,8 @@ def plan(only: set[str]) -> list[tuple]:
 
 def launcher(kind: str, var: str, p: Problem, cfg, extra) -> Callable[[], None]:
     kern = variant(var)
+    if kind == "fp8":
+        return fp8_fwd(p, cfg)
     if kind == "fwd":
         return fwd(kern, p, cfg, extra)
     if kind == "dq":
@@ -339,11 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--only", default="dkdv,dq,fused,fwd", help="subset of dkdv,dq,fused,fwd")
     parser.add_argument("--causal", default="no,yes")
+    parser.add_argument("--variants", default="base,ws", help="base, ws or both")
+    parser.add_argument("--lengths", default=None, help="override the lengths, e.g. 4096")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("levers: needs a CUDA GPU", file=sys.stderr)
         return 2
-    items = plan(set(args.only.split(",")))
+    items = plan(set(args.only.split(",")), tuple(args.variants.split(",")))
+    if args.lengths:
+        for d in LENGTHS:
+            LENGTHS[d] = tuple(int(n) for n in args.lengths.split(","))
     causals = [{"no": False, "yes": True}[c] for c in args.causal.split(",")]
     todo = [(it, c) for it in items for c in causals]
     variant("ws")  # written once here, before the workers import it
@@ -358,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in LENGTHS[d]:
             for c in causals:
                 mine = [it for it in items if it[2] == d and (it, c) not in failed]
-                if not mine or (d == 128 and n != 4096 and not {"fwd"} & {it[0] for it in mine}):
+                if not mine or (n != 4096 and not {"fwd", "fp8"} & {it[0] for it in mine}):
                     continue
                 p = Problem(d, n, c)
                 rows: list[tuple] = []
@@ -368,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                         ("cudnn-" + mode, "-", None, None, ms, 1.0 if mode == "fwd" else 2.5)
                     )
                 for kind, var, _, cfg, extra in mine:
-                    if n != 4096 and kind != "fwd":
+                    if n != 4096 and kind not in ("fwd", "fp8"):
                         continue  # the backward sweeps at N=4096; the forward at every N
                     try:
                         fn = launcher(kind, var, p, cfg, extra)
