@@ -123,3 +123,20 @@ def test_other_block_sizes_and_fp16_output(attn, block_size):
     out = attn.attention_fp8(q, k, v, block_size=block_size, out_dtype=torch.float16)
     assert out.dtype == torch.float16
     assert rel_error(out, attn.attention_fp8(q, k, v, block_size=block_size)) <= 4e-3  # bf16 u
+
+
+@pytest.mark.parametrize("transpose", [False, True], ids=["rows", "transposed"])
+def test_quantize_kernel_matches_torch_rounding(attn, transpose):
+    # The Triton quantization against torch's own round-to-nearest-even cast, at a realistic
+    # size with a ragged last block and magnitudes across e4m3's normal and subnormal range.
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(2, 8, 1000, 128, device="cuda", generator=g)
+    x = (x * torch.logspace(-4, 2, 128, device="cuda")).to(torch.bfloat16)
+    got = attn.quantize_fp8(x, 128, transpose=transpose)
+    xf = torch.nn.functional.pad(x.float(), (0, 0, 0, 24)).view(2, 8, 8, 128, 128)
+    amax = xf.abs().amax(dim=(-1, -2))
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    data = (xf / scale[..., None, None]).to(torch.float8_e4m3fn).view(2, 8, 1024, 128)[:, :, :1000]
+    assert_equal(got.scale, scale, bitwise=True)
+    mine = got.data[..., :1000].transpose(2, 3) if transpose else got.data
+    assert torch.equal(mine.float(), data.float())  # values: a zero may keep or drop its sign
