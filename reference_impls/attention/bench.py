@@ -234,28 +234,34 @@ def tuned_configs() -> dict[str, dict[str, str]]:
 # --------------------------------------------------------------------------- precompiling
 
 
-def _warm(d: int, causal: bool, dtype_name: str) -> str:
-    """Compile every autotuning config of the three kernels for (d, causal, dtype) into
-    Triton's on-disk cache by autotuning on a small problem with the same specialization
-    (lengths divisible by 16)."""
+def _warm(d: int, causal: bool, dtype_name: str, bf16: bool = True, fp8: bool = True) -> str:
+    """Compile every autotuning config of the kernels for (d, causal, dtype) into Triton's
+    on-disk cache by autotuning on a small problem with the same specialization (lengths
+    divisible by 16): ``bf16`` the forward and both backwards, ``fp8`` the fp8 forward."""
     from reference_impls.attention import attention, attention_fp8
 
     dtype = getattr(torch, dtype_name)
     q, k, v = (
         torch.randn(1, 1, 256, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)
     )
-    for deterministic in (False, True):  # the one-pass and the two-pass backward
+    for deterministic in (False, True) if bf16 else ():  # the one-pass and two-pass backward
         out = attention(q, k, v, causal=causal, deterministic=deterministic)
         out.backward(torch.randn_like(out))
-    attention_fp8(q, k, v, causal=causal)  # its configs too (the fp8 kernel's key ignores dtype)
+    if fp8:  # (the fp8 kernel's specialization does not depend on the input dtype)
+        attention_fp8(q, k, v, causal=causal)
     torch.cuda.synchronize()
     return f"d={d} causal={causal} {dtype_name}"
 
 
 def precompile(
-    dims: Sequence[int], causals: Sequence[bool], dtypes: Sequence[str], jobs: int
+    dims: Sequence[int],
+    causals: Sequence[bool],
+    dtypes: Sequence[str],
+    jobs: int,
+    bf16: bool = True,
+    fp8: bool = True,
 ) -> None:
-    todo = [(d, c, t) for d in dims for c in causals for t in dtypes]
+    todo = [(d, c, t, bf16, fp8) for d in dims for c in causals for t in dtypes]
     if jobs <= 1:
         for args in todo:
             _warm(*args)
@@ -374,8 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     env = environment()
     print("# " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
-    if {"triton", "triton-det", *FP8_PROVIDERS} & set(providers):
-        precompile(dims, causals, [str(t).removeprefix("torch.") for t in dtypes], args.jobs)
+    bf16, fp8 = (
+        bool({"triton", "triton-det"} & set(providers)),
+        bool(set(FP8_PROVIDERS) & set(providers) and "fwd" in modes),
+    )
+    if bf16 or fp8:
+        names = [str(t).removeprefix("torch.") for t in dtypes]
+        precompile(dims, causals, names, args.jobs, bf16=bf16, fp8=fp8)
     results = []
     for case in cases(dims, lengths, causals, modes, dtypes):
         inputs = make_inputs(case)

@@ -71,6 +71,8 @@ FP8 = {
 }  # fmt: skip
 FWD_128 = [(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 4)]
 PERSISTENT = ("persistent", "persistent-flat", "persistent-ws")
+FWD_NREG = [(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3)]
+NREG = (128, 168, 200)
 LENGTHS = {128: (1024, 4096, 16384), 64: (4096,)}
 
 
@@ -226,10 +228,12 @@ def _descs(p: Problem, kern: ModuleType, **blocks):
     return out
 
 
-def fwd(kern: ModuleType, p: Problem, cfg, persistent: str | None = None) -> Callable[[], None]:
+def fwd(
+    kern: ModuleType, p: Problem, cfg, persistent: str | None = None, **extra
+) -> Callable[[], None]:
     bm, bn, w, s = cfg
     d = _descs(p, kern, q=(p.q, bm), k=(p.k, bn), v=(p.v, bn))
-    meta = {
+    meta = extra | {
         "HEAD_DIM": p.d,
         "CAUSAL": p.causal,
         "BLOCK_M": bm,
@@ -260,7 +264,7 @@ def fwd(kern: ModuleType, p: Problem, cfg, persistent: str | None = None) -> Cal
     return run_persistent
 
 
-def dkdv(kern: ModuleType, p: Problem, cfg, fused: bool = False) -> Callable[[], None]:
+def dkdv(kern: ModuleType, p: Problem, cfg, fused: bool = False, **extra) -> Callable[[], None]:
     bm, bn, w, s = cfg
     d = _descs(p, kern, q=(p.q, bm), k=(p.k, bn), v=(p.v, bn), do=(p.do, bm), dq=(p.dq32, bm))
     grid = (p.b * p.h * triton.cdiv(p.n, bn),)
@@ -270,13 +274,13 @@ def dkdv(kern: ModuleType, p: Problem, cfg, fused: bool = False) -> Callable[[],
             d["q"], d["k"], d["v"], d["do"], p.dk, p.dv, p.dq32, d["dq"], p.lse, p.delta,
             p.scale, *p.sizes(), HEAD_DIM=p.d, CAUSAL=p.causal, GROUPED=False,
             ATOMIC_DQ=fused, DQ_TMA=fused, BLOCK_M=bm, BLOCK_N=bn, UPCAST=False,
-            PRECISION="tf32", num_warps=w, num_stages=s,
+            PRECISION="tf32", num_warps=w, num_stages=s, **extra,
         )  # fmt: skip
 
     return run
 
 
-def dq(kern: ModuleType, p: Problem, cfg) -> Callable[[], None]:
+def dq(kern: ModuleType, p: Problem, cfg, **extra) -> Callable[[], None]:
     bm, bn, w, s = cfg
     d = _descs(p, kern, q=(p.q, bm), k=(p.k, bn), v=(p.v, bn), o=(p.o, bm), do=(p.do, bm))
     grid = (p.b * p.h * triton.cdiv(p.n, bm),)
@@ -286,7 +290,7 @@ def dq(kern: ModuleType, p: Problem, cfg) -> Callable[[], None]:
         kern._attn_bwd_dq[grid](
             d["q"], d["k"], d["v"], d["o"], d["do"], p.dq, p.lse, delta, p.scale, *p.sizes(),
             HEAD_DIM=p.d, CAUSAL=p.causal, BLOCK_M=bm, BLOCK_N=bn, UPCAST=False,
-            PRECISION="tf32", num_warps=w, num_stages=s,
+            PRECISION="tf32", num_warps=w, num_stages=s, **extra,
         )  # fmt: skip
 
     return run
@@ -346,6 +350,10 @@ def plan(only: set[str], variants: tuple[str, ...] = ("base", "ws")) -> list[tup
         items += [("fused", v, 64, c, None) for v in variants for c in FUSED_64_MORE]
         items += [("dkdv", v, 64, c, None) for v in variants for c in DKDV_64]
         items += [("dq", v, 64, c, None) for v in variants for c in DQ_64]
+    if "nreg" in only:  # the third run: a register cap per thread (ptxas -maxrregcount)
+        items += [("fwd", "base", 128, c, r) for c in FWD_NREG for r in (None, *NREG)]
+        items += [("dkdv", "base", 128, (64, 128, 8, 3), r) for r in (None, 200, 232)]
+        items += [("dq", "base", 128, (128, 64, 8, 3), r) for r in (None, 168, 200)]
     if "fp8" in only:
         items += [("fp8", "base", d, c, None) for d in (64, 128) for c in FP8[d]]
     if "dkdv" in only:
@@ -362,13 +370,14 @@ def plan(only: set[str], variants: tuple[str, ...] = ("base", "ws")) -> list[tup
 
 def launcher(kind: str, var: str, p: Problem, cfg, extra) -> Callable[[], None]:
     kern = variant(var)
+    nreg = {"maxnreg": extra} if isinstance(extra, int) else {}
     if kind == "fp8":
         return fp8_fwd(p, cfg)
     if kind == "fwd":
-        return fwd(kern, p, cfg, extra)
+        return fwd(kern, p, cfg, None if nreg else extra, **nreg)
     if kind == "dq":
-        return dq(kern, p, cfg)
-    return dkdv(kern, p, cfg, fused=kind == "fused")
+        return dq(kern, p, cfg, **nreg)
+    return dkdv(kern, p, cfg, fused=kind == "fused", **nreg)
 
 
 def _compile(item, causal: bool) -> str:
@@ -444,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                     tf = f"{rec['tflops']:.0f} TFLOP/s" if rec["tflops"] else ""
                     print(
                         f"D={d} N={n} causal={c!s:<5} {kind:<10} {var:<5} {cfg_s:<14}"
-                        f" {extra or '':<16} {ms:8.3f} ms {tf}",
+                        f" {'' if extra is None else extra!s:<16} {ms:8.3f} ms {tf}",
                         flush=True,
                     )
                 del p
