@@ -29,11 +29,11 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
   samples measured in the same alternating pass.
 - ``harness.perf.stats``: the gate's statistics (median of per-pass ratios, a stratified
   Mann-Whitney test, the fewest samples that can show a regression).
-- ``harness.perf.gating``: the regression gate (:func:`gate`).
+- ``harness.perf.gating``: the regression gate (:func:`gate`; rows' :class:`RowStatus`).
 - ``harness.perf.ab``: interleaved A/B timing of base and head, sample by sample
   (:func:`measure_ab`), which decides timing benchmarks when the base is measured in the run.
 - ``harness.perf.baselines``: which commit is the baseline; the baseline a first run records.
-- ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`).
+- ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`, :class:`PerfStepConfig`).
 - ``harness.perf.dashboard``: the offline dashboard (:func:`publish`,
   :func:`dashboard_server`).
 """
@@ -92,6 +92,7 @@ from harness.perf.gating import (
     TOO_FEW_SAMPLES,
     GateReport,
     Row,
+    RowStatus,
     ab_candidates,
     apply_ab,
     gate,
@@ -109,7 +110,7 @@ from harness.perf.runs import (
     run_benchmarks,
     run_interleaved,
 )
-from harness.perf.step import MEASURE_BASE, PerfStepResult, ci_step
+from harness.perf.step import MEASURE_BASE, MeasureBase, PerfStepConfig, PerfStepResult, ci_step
 
 __all__ = [
     # errors, project, interpreter and git (_common)
@@ -144,6 +145,9 @@ __all__ = [
     # the gate (gating), baselines (baselines), the `harness ci` step (step)
     "BASELINE_SEARCH_DEPTH",
     "MEASURE_BASE",
+    "MeasureBase",
+    "PerfStepConfig",
+    "RowStatus",
     "StoredBaseline",
     "TOO_FEW_SAMPLES",
     "record_baseline",

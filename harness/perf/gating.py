@@ -10,6 +10,7 @@ never a pass. baselines.py picks the base; step.py is the ``harness ci`` step ar
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import re
@@ -48,13 +49,57 @@ DEFAULT_FACTOR = 1.3
 # The gate
 
 
+class RowStatus(enum.StrEnum):
+    """The verdict on one benchmark, base against head; written to perf-gate.json as its value.
+
+    A row gets one status when :func:`gate` reads both sides' results: the first five below
+    (COMPARABLE) from the factor and the significance test, INFORMATIONAL for track_info_*, the
+    rest when one side is missing, failed, skipped or ran different benchmark code. The only
+    transition is :func:`apply_ab` re-judging a timing row (COMPARABLE or TOO_FEW_SAMPLES) on
+    its interleaved A/B pairs, which gives it a status from COMPARABLE or TOO_FEW_SAMPLES again.
+    """
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    SLOWER_NOT_SIGNIFICANT = "slower, not significant"
+    FASTER_NOT_SIGNIFICANT = "faster, not significant"
+    TOO_FEW_SAMPLES = "too few samples to see a regression"
+    """A timing benchmark whose samples can never reach significance (stats.min_p >= ALPHA):
+    the gate cannot see a regression there, not even a 10x one, and says so (exit 2)."""
+    INFORMATIONAL = "informational"
+    FAILED_IN_HEAD = "failed in head"
+    NEW_IN_HEAD = "new in head, no baseline"
+    MISSING_IN_HEAD = "missing in head"
+    CODE_CHANGED = "benchmark code changed, not comparable"
+    FAILED_IN_BASE = "failed in base, not comparable"
+    SKIPPED = "skipped, not comparable"
+
+
+COMPARABLE = frozenset(
+    {
+        RowStatus.REGRESSED,
+        RowStatus.IMPROVED,
+        RowStatus.UNCHANGED,
+        RowStatus.SLOWER_NOT_SIGNIFICANT,
+        RowStatus.FASTER_NOT_SIGNIFICANT,
+    }
+)
+# What fails the gate (exit 1).
+FAILING = frozenset({RowStatus.REGRESSED, RowStatus.FAILED_IN_HEAD})
+
+
 @dataclasses.dataclass
 class Row:
-    """One benchmark (with its parameters) in one environment, base against head."""
+    """One benchmark (with its parameters) in one environment, base against head.
+
+    ``status`` may be given as its string value; it is checked (ValueError for one that is
+    not a :class:`RowStatus`).
+    """
 
     name: str
     env_name: str
-    status: str  # the keys of STATUS_MARK, or a "not comparable" reason
+    status: RowStatus
     base: float | None
     head: float | None
     unit: str | None
@@ -66,34 +111,30 @@ class Row:
     method: str = ""  # how the samples were compared: "passes", "pooled" or "A/B pairs"
     kind: str | None = None  # asv's benchmark type: time, track, peakmem...
 
+    def __post_init__(self) -> None:
+        self.status = RowStatus(self.status)
+
     @property
     def comparable(self) -> bool:
-        return self.status in (
-            "regressed",
-            "improved",
-            "unchanged",
-            "slower, not significant",
-            "faster, not significant",
-        )
+        return self.status in COMPARABLE
 
 
-# A timing benchmark whose samples can never reach significance (stats.min_p >= stats.ALPHA):
-# the gate cannot see a regression there, not even a 10x one, and says so by failing (exit 2).
-TOO_FEW_SAMPLES = "too few samples to see a regression"
+# Kept under its old name: the public alias of RowStatus.TOO_FEW_SAMPLES.
+TOO_FEW_SAMPLES = RowStatus.TOO_FEW_SAMPLES
 
 # Benchmarks named track_info_* are shown with their ratio but never decide the exit code: they
 # track a noisy derived number with no samples for the significance test (README.md there).
 INFORMATIONAL = re.compile(r"\.track_info_")
 
 STATUS_MARK = {
-    "informational": "i",
-    "regressed": "❌",
-    "failed in head": "❌",
-    "improved": "✅",
-    "unchanged": "",
-    "slower, not significant": "~",
-    "faster, not significant": "~",
-    TOO_FEW_SAMPLES: "⚠",
+    RowStatus.INFORMATIONAL: "i",
+    RowStatus.REGRESSED: "❌",
+    RowStatus.FAILED_IN_HEAD: "❌",
+    RowStatus.IMPROVED: "✅",
+    RowStatus.UNCHANGED: "",
+    RowStatus.SLOWER_NOT_SIGNIFICANT: "~",
+    RowStatus.FASTER_NOT_SIGNIFICANT: "~",
+    RowStatus.TOO_FEW_SAMPLES: "⚠",
 }
 
 
@@ -111,9 +152,9 @@ class GateReport:
     @property
     def verdict(self) -> str:
         if self.exit_code == EXIT_REGRESSION:
-            bad = [r for r in self.rows if r.status in ("regressed", "failed in head")]
+            bad = [r for r in self.rows if r.status in FAILING]
             return f"REGRESSION: {len(bad)} benchmark(s) significantly slower or failing"
-        too_few = sum(r.status == TOO_FEW_SAMPLES for r in self.rows)
+        too_few = sum(r.status is RowStatus.TOO_FEW_SAMPLES for r in self.rows)
         if self.exit_code == EXIT_NOT_COMPARABLE and too_few:
             return (
                 f"TOO FEW SAMPLES: {too_few} benchmark(s) cannot show a regression with the "
@@ -136,8 +177,8 @@ class GateReport:
             name = r.name if len(envs) == 1 else f"{r.name} [{r.env_name}]"
             ratio = f"{r.ratio:.2f}" if r.ratio is not None else "n/a"
             samples = f"{_n(r.n_base)}/{_n(r.n_head)}"
-            base = "-" if r.status.startswith("new in head") else _human(r.base, r.unit)
-            head = "-" if r.status == "missing in head" else _human(r.head, r.unit)
+            base = "-" if r.status is RowStatus.NEW_IN_HEAD else _human(r.base, r.unit)
+            head = "-" if r.status is RowStatus.MISSING_IN_HEAD else _human(r.head, r.unit)
             passes = f"{r.passes} {r.method}" if r.passes else r.method or "-"
             p = "-" if r.p is None else f"{r.p:.2g}"
             lines.append(
@@ -307,7 +348,7 @@ def gate(
             row = Row(
                 name,
                 env,
-                "",
+                RowStatus.UNCHANGED,  # a placeholder: every branch below sets the status
                 b.value if b else None,
                 h.value if h else None,
                 unit,
@@ -316,21 +357,21 @@ def gate(
                 kind=kind,
             )
             if b is None:
-                row.status = "new in head, no baseline"
+                row.status = RowStatus.NEW_IN_HEAD
             elif h is None:
-                row.status = "missing in head"
+                row.status = RowStatus.MISSING_IN_HEAD
             elif b.version != h.version:
-                row.status = "benchmark code changed, not comparable"
+                row.status = RowStatus.CODE_CHANGED
             elif INFORMATIONAL.search(name) and not (h.value is None or b.value is None):
-                row.status = "informational"
+                row.status = RowStatus.INFORMATIONAL
                 if not (_isnan(b.value) or _isnan(h.value)) and b.value:
                     row.ratio = h.value / b.value
             elif h.value is None:
-                row.status = "failed in head"
+                row.status = RowStatus.FAILED_IN_HEAD
             elif b.value is None:
-                row.status = "failed in base, not comparable"
+                row.status = RowStatus.FAILED_IN_BASE
             elif _isnan(b.value) or _isnan(h.value):
-                row.status = "skipped, not comparable"
+                row.status = RowStatus.SKIPPED
             elif kind == "time" or (b.samples and h.samples):
                 _compare_samples(row, b, h, b_passes.get(name), h_passes.get(name), factor)
             else:
@@ -346,7 +387,7 @@ def gate(
 def _decide(rows: list[Row]) -> tuple[int, list[str]]:
     """The exit code of a gate over rows, and the why of a non-zero code."""
     problems: list[str] = []
-    too_few = [r for r in rows if r.status == TOO_FEW_SAMPLES]
+    too_few = [r for r in rows if r.status is RowStatus.TOO_FEW_SAMPLES]
     if too_few:
         problems.append(
             f"{len(too_few)} timing benchmark(s) have too few samples for the significance "
@@ -354,12 +395,12 @@ def _decide(rows: list[Row]) -> tuple[int, list[str]]:
             "regression there would pass unseen. Measure with more samples (more --passes, "
             "or without --quick): at least 7 per side pooled, or 2 passes of 5."
         )
-    if any(r.status in ("regressed", "failed in head") for r in rows):
+    if any(r.status in FAILING for r in rows):
         return EXIT_REGRESSION, problems
     if too_few:
         return EXIT_NOT_COMPARABLE, problems
     if not any(r.comparable for r in rows):
-        changed = sum(r.status.startswith("benchmark code changed") for r in rows)
+        changed = sum(r.status is RowStatus.CODE_CHANGED for r in rows)
         problems.append(
             f"nothing comparable: {len(rows)} benchmark(s), {changed} with changed code, the "
             "rest skipped, failed, new or missing on one side"
@@ -375,8 +416,8 @@ def ab_candidates(report: GateReport) -> list[str]:
         r.name
         for r in report.rows
         if r.kind == "time"
-        and r.status != "informational"
-        and (r.comparable or r.status == TOO_FEW_SAMPLES)
+        and r.status is not RowStatus.INFORMATIONAL
+        and (r.comparable or r.status is RowStatus.TOO_FEW_SAMPLES)
     ]
 
 
@@ -444,29 +485,33 @@ def _judge(row: Row, strata: Sequence[stats.Stratum], factor: float) -> None:
     """Status, ratio and p of a timing row from its strata (stats.py), then the factor."""
     sizes = [(len(stats._clean(x)), len(stats._clean(y))) for x, y in strata]
     if stats.min_p(sizes) >= stats.ALPHA:
-        row.status = TOO_FEW_SAMPLES
+        row.status = RowStatus.TOO_FEW_SAMPLES
         row.ratio = stats.ratio(strata) if any(n and m for n, m in sizes) else None
         return
     row.ratio = stats.ratio(strata)
     slower, faster = stats.p_slower(strata), stats.p_faster(strata)
     row.p = slower if row.ratio >= 1 else faster
     if row.ratio > factor:
-        row.status = "regressed" if slower < stats.ALPHA else "slower, not significant"
+        row.status = (
+            RowStatus.REGRESSED if slower < stats.ALPHA else RowStatus.SLOWER_NOT_SIGNIFICANT
+        )
     elif row.ratio < 1 / factor:
-        row.status = "improved" if faster < stats.ALPHA else "faster, not significant"
+        row.status = (
+            RowStatus.IMPROVED if faster < stats.ALPHA else RowStatus.FASTER_NOT_SIGNIFICANT
+        )
     else:
-        row.status = "unchanged"
+        row.status = RowStatus.UNCHANGED
 
 
 def _compare_values(row: Row, base: float, head: float, factor: float) -> None:
     """track_* and peakmem_* values have no samples: deterministic numbers, the factor alone."""
     row.ratio = head / base if base else (1.0 if head == base else math.inf)
     if row.ratio > factor:
-        row.status = "regressed"
+        row.status = RowStatus.REGRESSED
     elif row.ratio < 1 / factor:
-        row.status = "improved"
+        row.status = RowStatus.IMPROVED
     else:
-        row.status = "unchanged"
+        row.status = RowStatus.UNCHANGED
 
 
 def _fewest(rows: list[Row]) -> str:

@@ -237,7 +237,7 @@ def test_a_first_run_without_a_baseline_keeps_its_results_and_the_next_run_gates
     head = _git(repo, "rev-parse", "HEAD")
     reports = tmp_path / "reports"
     lines: list[str] = []
-    result = perf.ci_step(repo, reports, machine=MACHINE, echo=lines.append)
+    result = perf.ci_step(repo, reports, perf.PerfStepConfig(machine=MACHINE), echo=lines.append)
     assert result.exit_code == 0, result.markdown
     assert result.skipped_reason and "no baseline" in result.skipped_reason
     assert "the next run gates against it" in result.skipped_reason
@@ -253,7 +253,9 @@ def test_a_first_run_without_a_baseline_keeps_its_results_and_the_next_run_gates
     # HEAD's results in .asv/results are overwritten by this run; the kept baseline is not.
     # 10x, not 2x: this test is about where the baseline comes from, not about sensitivity.
     (repo / "benchmarks" / "tinylib.py").write_text(TINYLIB.format(n=200_000))
-    again = perf.ci_step(repo, reports, machine=MACHINE, echo=None, require_baseline=True)
+    again = perf.ci_step(
+        repo, reports, perf.PerfStepConfig(machine=MACHINE, require_baseline=True), echo=None
+    )
     assert again.exit_code == 1, again.markdown
     assert again.skipped_reason is None and again.baseline_recorded is None
     assert f"Baseline: the baseline recorded on {manifest['recorded_at']}" in again.markdown
@@ -268,7 +270,10 @@ def test_without_a_baseline_a_required_baseline_fails_the_step_and_the_run_is_st
 ):
     repo, _ = make_tiny_repo(tmp_path)
     required = perf.ci_step(
-        repo, tmp_path / "reports", machine=MACHINE, echo=None, require_baseline=True
+        repo,
+        tmp_path / "reports",
+        perf.PerfStepConfig(machine=MACHINE, require_baseline=True),
+        echo=None,
     )
     assert required.exit_code == 2, required.markdown
     assert "no baseline" in required.skipped_reason
@@ -278,7 +283,9 @@ def test_without_a_baseline_a_required_baseline_fails_the_step_and_the_run_is_st
 
 def test_a_stored_baseline_from_another_branch_is_not_used(tmp_path, no_base_ref_env):
     repo, _ = make_tiny_repo(tmp_path)
-    perf.ci_step(repo, tmp_path / "r1", machine=MACHINE, echo=None)  # keeps main's first commit
+    perf.ci_step(
+        repo, tmp_path / "r1", perf.PerfStepConfig(machine=MACHINE), echo=None
+    )  # keeps main's first commit
     _git(repo, "checkout", "-q", "--orphan", "unrelated")
     _commit(repo, "unrelated history", readme="other\n")
     assert perf.stored_baseline(repo, machine=MACHINE, env=perf.env_name()) is None
@@ -321,12 +328,10 @@ def test_ci_step_on_a_branch_measures_its_merge_base_and_fails_a_2x_slowdown(tmp
     result = perf.ci_step(
         repo,
         tmp_path / "reports",
-        machine=MACHINE,
+        perf.PerfStepConfig(
+            machine=MACHINE, quick=False, measure_base="always", passes=4, require_baseline=True
+        ),
         echo=None,
-        quick=False,
-        measure_base="always",
-        passes=4,
-        require_baseline=True,
     )
     assert result.exit_code == 1, result.markdown
     assert result.skipped_reason is None
@@ -366,7 +371,9 @@ def test_ci_step_in_a_checkout_without_benchmarks_reports_why_and_exits_2(tmp_pa
     (tmp_path / "README.md").write_text("no benchmarks here\n")
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "commit", "-q", "-m", "first")
-    result = perf.ci_step(tmp_path, tmp_path / "reports", machine=MACHINE, echo=None)
+    result = perf.ci_step(
+        tmp_path, tmp_path / "reports", perf.PerfStepConfig(machine=MACHINE), echo=None
+    )
     assert result.exit_code == 2
     assert "asv.conf.json" in result.skipped_reason
     assert result.skipped_reason in result.markdown
