@@ -208,6 +208,25 @@ class _GroupInfo:
         self.group_rank = group_rank
 
 
+def _by_name(
+    names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """A wrapped call's arguments by parameter name (args may stop before the defaults)."""
+    a = dict(zip(names, args, strict=False))
+    a.update(kwargs)
+    return a
+
+
+def _global_rank(a: dict[str, Any], info: _GroupInfo, key: str) -> int | None:
+    """The global rank an argument names: ``key`` (src, dst) itself or, when only the group-local
+    ``group_<key>`` is given (torch >= 2.3), its global rank in the group; None if neither."""
+    rank = a.get(key)
+    group_rank = a.get("group_" + key)
+    if rank is None and group_rank is not None:
+        rank = info.ranks[group_rank]
+    return rank
+
+
 class Tracer:
     """Records of one rank, and the watchdog that reports stalls. Use :func:`trace_collectives`
     or :func:`install`; one tracer is active per process."""
@@ -325,6 +344,14 @@ class Tracer:
         rec.work = None
         self.watchdog.on_error(rec)
 
+    def _bind(
+        self, names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], _GroupInfo | None]:
+        """The prologue of a traced collective or point-to-point call: its arguments by name
+        and the traced group it runs on (None: not a member, or filtered out: call through)."""
+        a = _by_name(names, args, kwargs)
+        return a, self._info(a.get("group"))
+
     def _collective(
         self,
         name: str,
@@ -333,18 +360,11 @@ class Tracer:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
-        a.update(kwargs)
-        info = self._info(a.get("group"))
+        a, info = self._bind(names, args, kwargs)
         if info is None:
             return orig(*args, **kwargs)
         shapes, dtypes, reduce_op, root_key = _EXTRACT[name](a)
-        root = None
-        if root_key is not None:
-            root = a.get(root_key)
-            group_root = a.get("group_" + root_key)
-            if root is None and group_root is not None:
-                root = info.ranks[group_root]
+        root = None if root_key is None else _global_rank(a, info, root_key)
         seq = self._seq.get(info.name, 0)
         self._seq[info.name] = seq + 1
         rec = Record(
@@ -421,15 +441,10 @@ class Tracer:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
-        a.update(kwargs)
-        info = self._info(a.get("group"))
+        a, info = self._bind(names, args, kwargs)
         if info is None:
             return orig(*args, **kwargs)
-        key = "dst" if name in ("send", "isend") else "src"
-        peer = a.get(key)
-        if peer is None and a.get("group_" + key) is not None:
-            peer = info.ranks[a["group_" + key]]
+        peer = _global_rank(a, info, "dst" if name in ("send", "isend") else "src")
         rec = self._p2p_record(
             name, info, peer, a.get("tensor"), int(a.get("tag") or 0), self.callsite(3)
         )
@@ -455,8 +470,7 @@ class Tracer:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
-        a.update(kwargs)
+        a = _by_name(names, args, kwargs)
         ops = a.get("p2p_op_list")
         if not isinstance(ops, list) or not ops:
             return orig(*args, **kwargs)  # torch raises its own error
