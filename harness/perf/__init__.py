@@ -29,7 +29,9 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
   samples measured in the same alternating pass.
 - ``harness.perf.stats``: the gate's statistics (median of per-pass ratios, a stratified
   Mann-Whitney test, the fewest samples that can show a regression).
-- ``harness.perf.gating``: the regression gate (:func:`gate`; rows' :class:`RowStatus`).
+- ``harness.perf.gating``: the regression gate (:func:`gate`).
+- ``harness.perf.gate_report``: what it returns (:class:`GateReport`, :class:`Row`,
+  :class:`RowStatus`), as markdown and JSON.
 - ``harness.perf.ab``: interleaved A/B timing of base and head, sample by sample
   (:func:`measure_ab`), which decides timing benchmarks when the base is measured in the run.
 - ``harness.perf.baselines``: which commit is the baseline; the baseline a first run records.
@@ -82,17 +84,19 @@ from harness.perf.dashboard import (
     make_offline,
     publish,
 )
-from harness.perf.gating import (
-    DEFAULT_FACTOR,
+from harness.perf.gate_report import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
-    INFORMATIONAL,
     STATUS_MARK,
     TOO_FEW_SAMPLES,
     GateReport,
     Row,
     RowStatus,
+)
+from harness.perf.gating import (
+    DEFAULT_FACTOR,
+    INFORMATIONAL,
     ab_candidates,
     apply_ab,
     gate,

@@ -38,17 +38,8 @@ from harness.perf.baselines import (
     record_baseline,
     stored_baseline,
 )
-from harness.perf.gating import (
-    DEFAULT_FACTOR,
-    EXIT_NOT_COMPARABLE,
-    EXIT_OK,
-    EXIT_REGRESSION,
-    GateReport,
-    ab_candidates,
-    apply_ab,
-    gate,
-    has_results,
-)
+from harness.perf.gate_report import EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_REGRESSION, GateReport
+from harness.perf.gating import DEFAULT_FACTOR, ab_candidates, apply_ab, gate, has_results
 from harness.perf.runs import GROUPS, MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
 
 MeasureBase = Literal["never", "missing", "always"]

@@ -49,7 +49,8 @@ from .cache import ShardCache
 from .errors import ManifestMismatchError
 from .manifest import Manifest
 from .metrics import Metrics, ProgressDisplay
-from .sources import LocalSource, S3Config, open_source, require_finite_fields
+from .s3 import S3Config
+from .sources import LocalSource, open_source, require_finite_fields
 from .stream import RetryConfig, ShardFetch, call_with_retries
 from .tario import iter_samples
 
