@@ -21,6 +21,9 @@ functions: :func:`register_ddp_hook` records them through a comm hook.
 
 Only calls looked up through the module at call time are seen: a name bound before
 :func:`install` (``from torch.distributed import all_reduce``) keeps the original.
+
+Over 500 lines, one concern: the :class:`Tracer`'s recording and completion logic and the
+wrappers that feed it; what each op's arguments mean is in opargs.py.
 """
 
 from __future__ import annotations
