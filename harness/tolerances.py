@@ -178,7 +178,7 @@ def assert_equal(
 
         >>> assert_equal([1, 2.5], [1, 2.5])
         >>> assert_equal(0.0, -0.0)
-        >>> assert_equal(0.0, -0.0, bitwise=True)
+        >>> assert_equal(0.0, -0.0, bitwise=True)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         AssertionError: Scalars are not bitwise equal: bytes 0000000000000000 vs 00000000000000...
