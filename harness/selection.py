@@ -11,7 +11,8 @@ coverage-based selection such as pytest-testmon):
   statements anywhere in a file (functions included), relative ones resolved; importing
   ``a.b.c`` also depends on the packages ``a`` and ``a.b`` (their ``__init__`` runs). A
   string literal that spells a project module (``"reference_impls.training.run"``, handed to
-  a subprocess or ``importlib``) counts as an import too.
+  a subprocess or ``importlib``) counts as an import too. Every file also depends on the
+  ``conftest.py`` files of its folder and the folders above it, as pytest loads them first.
 - A changed non-Python file inside a package (``reference_impls/training/tiny.toml``) counts as
   a change to that package. A changed golden file (``suites/goldens/<tier>/<path>.json``)
   selects the test file it belongs to.
@@ -139,6 +140,18 @@ class ImportGraph:
         self.imports: dict[str, set[str]] = {
             name: self._imports_of(name, root / rel) for name, rel in self.files.items()
         }
+        # pytest loads every conftest.py from a test's folder up to the root before the test,
+        # so a test reaches what those import (a server fixture's helper) with no import of
+        # its own: each file depends on the conftest modules of its folder and above.
+        conftests = {
+            PurePosixPath(rel).parent: name
+            for name, rel in self.files.items()
+            if PurePosixPath(rel).name == "conftest.py"
+        }
+        for name, rel in self.files.items():
+            for folder in PurePosixPath(rel).parents:
+                if conftests.get(folder, name) != name:
+                    self.imports[name].add(conftests[folder])
 
     @staticmethod
     def _python_files(root: Path) -> Iterable[Path]:

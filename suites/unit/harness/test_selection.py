@@ -148,3 +148,24 @@ def test_changed_files_sees_commits_staged_unstaged_and_untracked_files(root):
     ]
     with pytest.raises(selection.SelectionError, match="'no-such-branch'.*--changed-since"):
         selection.merge_base(root, "no-such-branch")
+
+
+def test_a_module_that_only_a_conftest_imports_selects_the_tests_under_that_conftest(root):
+    # A server fixture's helper: the tests reach it only through their folder's conftest.py,
+    # which pytest loads for every test below it (and only for those).
+    files = {
+        "comp/server.py": "def start():\n    pass\n",
+        "suites/integration/store/conftest.py": "from comp.server import start\n",
+        "suites/integration/store/test_put.py": "def test_put(server):\n    pass\n",
+        "suites/integration/store/deep/test_get.py": "def test_get(server):\n    pass\n",
+        "suites/integration/other/test_x.py": "def test_x():\n    pass\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    sel = selection.select(root, ["comp/server.py"])
+    assert not sel.everything
+    assert sel.tests == (
+        "suites/integration/store/deep/test_get.py",
+        "suites/integration/store/test_put.py",
+    )
