@@ -144,14 +144,14 @@ class ImportGraph:
         # so a test reaches what those import (a server fixture's helper) with no import of
         # its own: each file depends on the conftest modules of its folder and above.
         conftests = {
-            PurePosixPath(rel).parent: name
-            for name, rel in self.files.items()
-            if PurePosixPath(rel).name == "conftest.py"
+            PurePosixPath(file).parent: module
+            for module, file in self.files.items()
+            if PurePosixPath(file).name == "conftest.py"
         }
-        for name, rel in self.files.items():
-            for folder in PurePosixPath(rel).parents:
-                if conftests.get(folder, name) != name:
-                    self.imports[name].add(conftests[folder])
+        for module, file in self.files.items():
+            for folder in PurePosixPath(file).parents:
+                if conftests.get(folder, module) != module:
+                    self.imports[module].add(conftests[folder])
 
     @staticmethod
     def _python_files(root: Path) -> Iterable[Path]:
