@@ -96,6 +96,12 @@ def _git(root: Path, *args: str) -> str:
 
 def merge_base(root: Path, base_ref: str) -> str:
     """The merge-base of ``base_ref`` and HEAD, with an error naming the ref and the fix."""
+    if base_ref.startswith("-"):
+        # git would read it as an option (``--fork-point`` picks a base of its own).
+        raise SelectionError(
+            f"the base ref {base_ref!r} cannot start with '-' (git would read it as an "
+            "option); name a branch, tag or commit with --changed-since REF"
+        )
     try:
         return _git(root, "merge-base", base_ref, "HEAD").strip()
     except SelectionError as exc:

@@ -169,3 +169,12 @@ def test_a_module_that_only_a_conftest_imports_selects_the_tests_under_that_conf
         "suites/integration/store/deep/test_get.py",
         "suites/integration/store/test_put.py",
     )
+
+
+@pytest.mark.parametrize("ref", ["--fork-point", "-h", "--octopus"])
+def test_a_base_ref_that_git_would_read_as_an_option_is_refused(root, ref):
+    # `git merge-base --fork-point HEAD` answers with a commit: the option would choose the
+    # base of the change instead of naming it.
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
+    with pytest.raises(selection.SelectionError, match=f"{ref!r}.*cannot start with '-'"):
+        selection.merge_base(root, ref)
