@@ -212,6 +212,11 @@ def run_command(
         names = _tier_list(tiers)
         seed = _check_seed(seed)
         args = _check_pytest_args(pytest_args)
+        if shard is not None or store_durations:
+            try:
+                _shards.check_durations(durations_path)
+            except _shards.ShardError as exc:
+                raise UsageProblem(str(exc)) from None
     except UsageProblem as exc:
         # The run stops before it starts: its reports say so rather than an earlier run's.
         _report.write_placeholders(
