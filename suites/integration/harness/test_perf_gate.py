@@ -304,3 +304,26 @@ def test_ci_step_in_a_checkout_without_benchmarks_reports_why_and_exits_2(tmp_pa
     assert result.exit_code == 2
     assert "asv.conf.json" in result.skipped_reason
     assert result.skipped_reason in result.markdown
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    ["{not json", "[]", '{"commit": "abc"}', '{"commit": "HEAD", "env": "@ENV", "machine": '
+     '"@MACHINE", "recorded_at": "t", "source": "s"}'],
+)  # fmt: skip
+def test_a_damaged_stored_baseline_fails_the_step_by_name_and_is_not_replaced(
+    tmp_path, no_base_ref_env, manifest
+):
+    # Read as "no baseline", it would pass the step and be overwritten by this run's results:
+    # a regression in this very run would become the next run's baseline.
+    repo, _ = make_tiny_repo(tmp_path)
+    path = repo / ".asv" / "baseline" / f"{MACHINE}.json"
+    path.parent.mkdir(parents=True)
+    manifest = manifest.replace("@ENV", perf.env_name()).replace("@MACHINE", MACHINE)
+    path.write_text(manifest)
+    with pytest.raises(perf.PerfError, match=f"{path}.*delete it"):
+        perf.stored_baseline(repo, machine=MACHINE, env=perf.env_name())
+    result = perf.ci_step(repo, tmp_path / "r", perf.PerfStepConfig(machine=MACHINE), echo=None)
+    assert result.exit_code == 2 and "perf step could not run" in result.markdown
+    assert str(path) in result.markdown
+    assert path.read_text() == manifest
