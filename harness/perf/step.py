@@ -272,7 +272,13 @@ def _ci_step(
                 f"environment `{env}`{base_problem}"
             )
         recorded: StoredBaseline | None = None
-        if measure_base != "always" and has_results(repo_root, head, machine=machine, env=env):
+        # A run with failing benchmarks is not kept: they would be "failed in base" for every
+        # run against it, never gated however slow they became once fixed.
+        if (
+            measure_base != "always"
+            and not failed_run
+            and has_results(repo_root, head, machine=machine, env=env)
+        ):
             recorded = record_baseline(
                 repo_root, head, machine=machine, env=env, source=head_outcome.source
             )
@@ -280,6 +286,12 @@ def _ci_step(
             f"this run is now {recorded.describe()}: the next run gates against it"
             if recorded
             else "nothing was kept as a baseline"
+            + (
+                ": benchmarks failed in this run, so the next run without a baseline records "
+                "one instead"
+                if failed_run and measure_base != "always"
+                else ""
+            )
         )
         if echo:
             echo(f"harness perf: NO BASELINE: {reason}; {kept}")

@@ -327,3 +327,15 @@ def test_a_damaged_stored_baseline_fails_the_step_by_name_and_is_not_replaced(
     assert result.exit_code == 2 and "perf step could not run" in result.markdown
     assert str(path) in result.markdown
     assert path.read_text() == manifest
+
+
+def test_a_first_run_whose_benchmark_failed_is_not_kept_as_the_baseline(tmp_path, no_base_ref_env):
+    # Kept, its failed benchmark would be "failed in base" for every later run against it:
+    # never gated, however slow it became once fixed.
+    broken = "\n\nclass Broken:\n    def time_broken(self):\n        raise RuntimeError('boom')\n"
+    repo, _ = make_repo(tmp_path, bench=bench_source(repeat=REPEAT, extra=broken))
+    result = perf.ci_step(repo, tmp_path / "r", perf.PerfStepConfig(machine=MACHINE), echo=None)
+    assert result.exit_code == 1, result.markdown  # the failing benchmark fails the step
+    assert result.baseline_recorded is None
+    assert not (repo / ".asv" / "baseline" / f"{MACHINE}.json").exists()
+    assert "nothing was kept as a baseline: benchmarks failed in this run" in result.markdown
