@@ -11,7 +11,8 @@ coverage-based selection such as pytest-testmon):
   statements anywhere in a file (functions included), relative ones resolved; importing
   ``a.b.c`` also depends on the packages ``a`` and ``a.b`` (their ``__init__`` runs). A
   string literal that spells a project module (``"reference_impls.training.run"``, handed to
-  a subprocess or ``importlib``) counts as an import too. Every file also depends on the
+  a subprocess or ``importlib``) counts as an import too, and one that spells a package also
+  reaches its ``__main__`` (``python -m pkg`` runs it). Every file also depends on the
   ``conftest.py`` files of its folder and the folders above it, as pytest loads them first.
 - A changed non-Python file inside a package (``reference_impls/training/tiny.toml``) counts as
   a change to that package. A changed golden file (``suites/goldens/<tier>/<path>.json``)
@@ -203,6 +204,9 @@ class ImportGraph:
                 and node.value in self.files
             ):
                 found |= self._project(node.value)
+                # ``python -m pkg`` (or runpy) runs pkg/__main__.py, which nothing imports.
+                if f"{node.value}.__main__" in self.files:
+                    found.add(f"{node.value}.__main__")
         found.discard(name)
         return found
 

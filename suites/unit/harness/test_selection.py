@@ -178,3 +178,16 @@ def test_a_base_ref_that_git_would_read_as_an_option_is_refused(root, ref):
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
     with pytest.raises(selection.SelectionError, match=f"{ref!r}.*cannot start with '-'"):
         selection.merge_base(root, ref)
+
+
+def test_a_package_run_with_python_m_by_a_string_reaches_its_main_module(root):
+    # `python -m comp.ring` runs comp/ring/__main__.py, which nothing imports.
+    (root / "comp/ring/__main__.py").write_text("from comp.ring import plan\nplan()\n")
+    (root / "suites/integration/ring").mkdir(parents=True)
+    (root / "suites/integration/ring/test_cli.py").write_text(
+        "import subprocess, sys\n"
+        "def test_cli():\n"
+        "    subprocess.run([sys.executable, '-m', 'comp.ring'], check=True)\n"
+    )
+    sel = selection.select(root, ["comp/ring/__main__.py"])
+    assert sel.tests == ("suites/integration/ring/test_cli.py",)
