@@ -215,8 +215,11 @@ class ImportGraph:
         import modes put a test file's folder on sys.path, so that resolves there."""
         if not folder or not name:
             return set()
-        candidate = f"{folder}.{name.split('.')[0]}"
-        return {candidate} if candidate in self.files else set()
+        # Kept whether or not the file exists: a deleted or renamed helper must still select
+        # the tests that import it (they now fail to import). An edge to a module that does
+        # not exist (``import os`` -> ``suites.unit.os``) only matters if such a file appears,
+        # and then it does shadow the other module for that test.
+        return {f"{folder}.{name.split('.')[0]}"}
 
     def closure(self, name: str) -> set[str]:
         """Every project module ``name`` reaches, itself included."""

@@ -191,3 +191,10 @@ def test_a_package_run_with_python_m_by_a_string_reaches_its_main_module(root):
     )
     sel = selection.select(root, ["comp/ring/__main__.py"])
     assert sel.tests == ("suites/integration/ring/test_cli.py",)
+
+
+def test_a_deleted_helper_beside_a_test_still_selects_the_test_that_imports_it(root):
+    # Renamed without updating its importer: the test now fails to import, so it must run.
+    (root / "suites/unit/data/helpers.py").rename(root / "suites/unit/data/shared.py")
+    changed = ["suites/unit/data/helpers.py", "suites/unit/data/shared.py"]
+    assert "suites/unit/data/test_uses_helper.py" in selection.select(root, changed).tests
