@@ -24,6 +24,7 @@ ends the run in one transaction (``failed`` if an exception escaped).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -125,32 +126,41 @@ class Tracker:
 class _Writer:
     """The tracker's one background thread: writes the buffers of its open runs.
 
-    All runs of a tracker share this object's condition (their buffers, errors and flags are
-    read and changed under it). The thread starts with the first buffered point, so a
-    tracker that only searches has none. A run is skipped while a write of it is in flight
-    (on this thread or in ``Run.flush``), so its batches are written in order, and while an
-    error of it has not been seen by its caller yet.
+    All runs of a tracker share this object's lock: their buffers, errors and flags are read
+    and changed under it. Two conditions on that lock: ``work`` wakes the thread (a run is
+    due, or has a deadline earlier than the one the thread sleeps until), ``idle`` wakes
+    callers waiting for a write to end. The thread starts with the first buffered point, so a
+    tracker that only searches has none, and a run that logs a few points and ends within the
+    interval costs it nothing. A run is skipped while a write of it is in flight (here or in
+    ``Run.flush``/``Run.finish``), so its batches are written in order, and while an error of
+    it has not been seen by its caller yet.
     """
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
-        self.cond = threading.Condition()
-        self.runs: set[Run] = set()  # runs with buffered points (changed under cond)
+        lock = threading.Lock()
+        self.work = threading.Condition(lock)
+        self.idle = threading.Condition(lock)
+        self.runs: set[Run] = set()  # runs with buffered points (changed under the lock)
+        self.wakeup_at = math.inf  # time.monotonic() the thread sleeps until
+        self.recent = False  # a run had points since the thread last looked
         self.thread: threading.Thread | None = None
         self.stopped = False
 
-    def wake(self, run: Run) -> None:
-        """``run`` has buffered points (called under cond)."""
+    def wake(self, run: Run, deadline: float | None) -> None:
+        """``run`` has buffered points, due at ``deadline`` (None: now). Under the lock."""
         self.runs.add(run)
+        self.recent = True
         if self.thread is None and not self.stopped:
             self.thread = threading.Thread(target=self._loop, name="tracking-writer", daemon=True)
             self.thread.start()
-        self.cond.notify_all()
+        if deadline is None or deadline < self.wakeup_at:
+            self.work.notify()
 
     def stop(self) -> None:
-        with self.cond:
+        with self.work:
             self.stopped = True
-            self.cond.notify_all()
+            self.work.notify()
             thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
@@ -175,14 +185,20 @@ class _Writer:
         return due, wait
 
     def _loop(self) -> None:
-        cond = self.cond
         while True:
-            with cond:
+            with self.work:
                 while not self.stopped:
                     due, wait = self._due()
                     if due:
                         break
-                    cond.wait(wait)
+                    if wait is None and self.recent:
+                        # Runs come and go (short runs end before their deadline): tick once
+                        # more instead of being notified by the next run's first point.
+                        wait = self.tracker.flush_interval_s
+                    self.recent = False
+                    self.wakeup_at = math.inf if wait is None else time.monotonic() + wait
+                    self.work.wait(wait)
+                self.wakeup_at = 0.0  # awake: nobody needs to notify
                 if self.stopped:
                     return
                 batches = []
@@ -196,15 +212,15 @@ class _Writer:
                     run.points_flushed += len(batch)
                     run.batches_flushed += 1
                 except BaseException as exc:  # kept and raised on the caller's thread
-                    with cond:
+                    with self.idle:
                         run._buf[:0] = batch
                         run._error = exc
                         run._oldest = time.monotonic()  # tried again an interval later
                         self.runs.add(run)
-            with cond:
+            with self.idle:
                 for run, _ in batches:
                     run._inflight = False
-                cond.notify_all()
+                self.idle.notify_all()
 
 
 class Run:
@@ -215,7 +231,7 @@ class Run:
         self.id = run_id
         self.project = project
         self._writer = tracker._writer
-        self._cond = self._writer.cond  # guards the fields below (shared by a tracker's runs)
+        self._cond = self._writer.idle  # its lock guards the fields below (a tracker's runs)
         self._buf: list[MetricPoint] = []
         self._oldest = 0.0  # time.monotonic() when the buffer last went from empty to not
         self._error: BaseException | None = None
@@ -233,17 +249,17 @@ class Run:
             if self._closing:
                 raise TrackingError(f"run {self.id} is finished; it takes no more metrics")
             while len(self._buf) + len(points) > self.tracker.max_buffered_points:
-                self._writer.wake(self)
+                self._writer.wake(self, None)
                 self._cond.wait(0.5)
                 self._raise_pending()
             if not self._buf:
                 self._oldest = time.monotonic()
                 self._buf.extend(points)
-                self._writer.wake(self)  # a new deadline
+                self._writer.wake(self, self._oldest + self.tracker.flush_interval_s)
             else:
                 self._buf.extend(points)
-                if len(self._buf) >= self.tracker.flush_points:
-                    self._writer.wake(self)
+            if len(self._buf) >= self.tracker.flush_points:
+                self._writer.wake(self, None)
 
     def log_metric(self, key: str, value: float, *, step: int) -> None:
         self.log_metrics({key: value}, step=step)
@@ -251,8 +267,8 @@ class Run:
     def _raise_pending(self) -> None:
         if self._error is not None:
             err, self._error = self._error, None
-            if self._buf:
-                self._writer.wake(self)  # the writer may try again now
+            if self._buf:  # the writer may try again, an interval after the failure
+                self._writer.wake(self, self._oldest + self.tracker.flush_interval_s)
             raise TrackingError(
                 f"writing metrics of run {self.id} failed in the background: {err} "
                 f"({len(self._buf)} points are still buffered; flush() tries again)"
@@ -278,7 +294,7 @@ class Run:
                 self.points_flushed += len(batch)
                 self.batches_flushed += 1
             if self._buf and not self._closing:
-                self._writer.wake(self)
+                self._writer.wake(self, self._oldest + self.tracker.flush_interval_s)
             self._cond.notify_all()
 
     def flush(self) -> None:
