@@ -59,6 +59,7 @@ __all__ = [
 
 CHUNK = 4 * 1024 * 1024  # bytes per read: large enough that per-call overhead vanishes
 SLOTS = 4  # buffers in flight per put: reading runs ahead of hashing and writing
+WRITERS = 2  # direct writes in flight: each waits for the disk, two keep it busier
 DIRECT_ALIGN = 4096  # O_DIRECT wants buffer, offset and length aligned to the block size
 O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere ordinary writes
 SHA_RE = re.compile(r"[0-9a-f]{64}")
@@ -142,9 +143,9 @@ def _copy_hashing(src: BinaryIO, fd: int, progress: Callable[[int], Any] | None)
     """Copy ``src`` to the file open at ``fd`` (from offset 0) and hash it, in one read pass:
     (sha256 hex digest, bytes). See the module docstring.
 
-    The main thread reads chunk k into buffer k % SLOTS and hands it to a hashing thread and
-    a writing thread (one worker each: chunks are hashed in order, and written with pwrite at
-    their offset); a buffer is read into again only once both are done with it, and
+    The main thread reads chunk k into buffer k % SLOTS and hands it to a hashing thread (one:
+    chunks are hashed in order) and to WRITERS writing threads (each chunk written with
+    pwrite at its offset); a buffer is read into again only once both are done with it, and
     ``progress(n)`` runs then, for bytes that are written. A direct write of the last, short
     chunk is padded to the block size and the file cut back to its length afterwards; a
     filesystem that refuses a direct write gets ordinary writes from then on.
@@ -164,14 +165,15 @@ def _copy_hashing(src: BinaryIO, fd: int, progress: Callable[[int], Any] | None)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                # The filesystem refused this direct write: ordinary writes from here on.
+                # The filesystem refused this direct write: ordinary writes from here on (two
+                # writers may both get here; clearing the flag twice is harmless).
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~O_DIRECT)
                 direct = False
         _pwrite_all(fd, view[:n], offset)
 
     bufs = _take_buffers()
     hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-hash")
-    writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-write")
+    writer = concurrent.futures.ThreadPoolExecutor(WRITERS, thread_name_prefix="artifact-write")
     inflight: list[tuple[concurrent.futures.Future[Any], concurrent.futures.Future[Any], int]] = []
     size = 0
     view = memoryview(b"")
