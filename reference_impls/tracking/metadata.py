@@ -5,6 +5,10 @@ Every write is one transaction. Metric batches are upserts keyed by (run, key, s
 batch sent twice (a client retrying after a lost answer) stores each point once; the same
 transaction moves ``latest_metrics`` forward for the keys the batch touched. Values are
 checked before anything is written: a bad value fails the whole call and writes nothing.
+
+Over 500 lines, one concern: :class:`MetadataStore` is the one writer of the schema, and a write
+that touches several tables (a metric batch and ``latest_metrics``, a run and its tags) stays
+one transaction inside one method.
 """
 
 from __future__ import annotations
