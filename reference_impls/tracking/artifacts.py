@@ -24,6 +24,10 @@ to ``dest`` only if their sha256 and size match the reference; otherwise Artifac
 Orphans (objects no reference names) and partial uploads (``tmp/*.part`` files, incomplete
 multipart uploads) are listed by :meth:`list_objects` / :meth:`cleanup_partials` and removed
 by collection (retention.py), which decides what is referenced.
+
+Over 500 lines, one concern: bytes in and out of a content-addressed store. The two backends
+share one interface and one verification of downloads, and the local put's read-once
+pipeline (hash and write from the same buffers) lives next to the store that relies on it.
 """
 
 from __future__ import annotations
