@@ -191,18 +191,31 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+def _cpu_timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process, all threads)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
+    """``run.log_artifact`` (hash + store + fsync + the reference committed) of a file in the
+    page cache, against ``shutil.copyfile`` + fsync of the same file; alternating, so both
+    see the same conditions. Ratio: median over repeats of copy time / our time."""
     from reference_impls.tracking.client import Tracker
 
     src = workdir / "artifact.bin"
     _random_file(src, size_mb)
     ours, copy = [], []
+    ours_cpu, copy_cpu = [], []
     stored = 0
     for r in range(repeats):
         tracker = Tracker(workdir / f"a{r}.db", workdir / f"art{r}")
         runs = [tracker.start_run("bench-art") for _ in range(3)]
         first = runs[0]
-        ours.append(_timed(lambda: first.log_artifact(src, "w.bin")))  # noqa: B023 - called now
+        wall, cpu = _cpu_timed(lambda: first.log_artifact(src, "w.bin"))  # noqa: B023 - now
+        ours.append(wall)
+        ours_cpu.append(cpu)
         for run in runs[1:]:
             run.log_artifact(src, "w.bin")  # the same bytes again: stored once
         for run in runs:
@@ -217,7 +230,9 @@ def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]
             with open(dest, "rb+") as f:  # the store syncs its objects; so does the baseline
                 os.fsync(f.fileno())
 
-        copy.append(_timed(plain))
+        wall, cpu = _cpu_timed(plain)
+        copy.append(wall)
+        copy_cpu.append(cpu)
         tracker.close()
         shutil.rmtree(workdir / f"art{r}")
         dest.unlink()
@@ -226,6 +241,9 @@ def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]
         "ours_MBps": mb / statistics.median(ours),
         "copy_MBps": mb / statistics.median(copy),
         "ratio": statistics.median(c / o for o, c in zip(ours, copy, strict=True)),
+        "ours_cpu_ms": statistics.median(ours_cpu) * 1000,
+        "copy_cpu_ms": statistics.median(copy_cpu) * 1000,
+        "repeats": repeats,
         "stored_bytes_for_3_runs": stored,
         "file_bytes": src.stat().st_size,
     }
@@ -314,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--artifact-mb", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
+        "--artifact-repeats",
+        type=int,
+        default=7,
+        help="artifact puts and baseline copies, alternating (each a fraction of a second)",
+    )
+    p.add_argument(
         "--mlflow-search-repeats",
         type=int,
         default=5,
@@ -334,15 +358,22 @@ def main(argv: list[str] | None = None) -> int:
             16,
             1,
         )
+        args.artifact_repeats = 1
     results: dict[str, Any] = {
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": vars(args),
+        "load_average": {},  # 1-minute load average when each part started (and at the end)
     }
+
+    def part(name: str) -> None:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        results["load_average"][name] = round(os.getloadavg()[0], 2)
+
     with tempfile.TemporaryDirectory(prefix="tracking-bench-") as tmp:
         work = Path(tmp)
-        print("ours, SQLite ...", file=sys.stderr, flush=True)
+        part("ours, SQLite")
         results["sqlite"] = measure_ours(
             str(work / "ours.db"),
             work / "sqlite",
@@ -351,13 +382,13 @@ def main(argv: list[str] | None = None) -> int:
             search_n=args.search_runs,
             repeats=args.repeats,
         )
-        print("artifacts, local ...", file=sys.stderr, flush=True)
-        results["artifacts_local"] = artifacts_local(work, args.artifact_mb, args.repeats)
+        part("artifacts, local")
+        results["artifacts_local"] = artifacts_local(work, args.artifact_mb, args.artifact_repeats)
         if not args.no_postgres:
             from reference_impls.tracking.postgres import PostgresCluster, find_pg_bin
 
             if find_pg_bin() is not None:
-                print("ours, PostgreSQL ...", file=sys.stderr, flush=True)
+                part("ours, PostgreSQL")
                 pgdir = tempfile.mkdtemp(prefix="tracking-bench-pg-")
                 try:
                     with PostgresCluster.start(pgdir, durable=True) as pg:
@@ -372,12 +403,14 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     shutil.rmtree(pgdir, ignore_errors=True)
         if not args.no_s3:
-            print("artifacts, S3 ...", file=sys.stderr, flush=True)
-            results["artifacts_s3"] = artifacts_s3(work, min(args.artifact_mb, 128), args.repeats)
+            part("artifacts, S3")
+            results["artifacts_s3"] = artifacts_s3(
+                work, min(args.artifact_mb, 128), args.artifact_repeats
+            )
         if args.json:  # ours, before MLflow's (long) turn
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         if args.mlflow_python:
-            print("MLflow ...", file=sys.stderr, flush=True)
+            part("MLflow")
             results["mlflow"] = measure_mlflow(
                 args.mlflow_python,
                 work / "mlflow",
@@ -391,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                     "artifact": str(work / "artifact.bin"),
                 },
             )
+    results["load_average"]["end"] = round(os.getloadavg()[0], 2)
     print(render(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
@@ -429,7 +463,8 @@ def render(r: dict[str, Any]) -> str:
     a = r["artifacts_local"]
     rows.append(
         f"| artifact, local, MB/s | {a['ours_MBps']:,.0f} ({a['ratio']:.2f}x of copy+fsync at "
-        f"{a['copy_MBps']:,.0f}) | same store | {num(ml, 'artifact_MBps')} | "
+        f"{a['copy_MBps']:,.0f}; CPU {a['ours_cpu_ms']:,.0f} ms vs {a['copy_cpu_ms']:,.0f} ms) "
+        f"| same store | {num(ml, 'artifact_MBps')} | "
         f"{ratio(a['ours_MBps'], ml.get('artifact_MBps'))} |"
     )
     rows.append(
@@ -455,7 +490,8 @@ def render(r: dict[str, Any]) -> str:
         rows.append(
             f"MLflow {ml['mlflow_version']}: one log_metric call {ml['one_log_metric_ms']:.1f} ms"
         )
-    rows.append(f"{r['machine']}; {r['date']}")
+    loads = ", ".join(f"{k} {v}" for k, v in r.get("load_average", {}).items())
+    rows.append(f"{r['machine']}; {r['date']}; 1-minute load average: {loads}")
     return "\n".join(rows)
 
 

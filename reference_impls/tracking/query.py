@@ -130,6 +130,15 @@ def _lookup(f: Field, run: RunInfo, kind: str) -> Any:
     return {"status": run.status, "name": run.name, "id": run.id}[f.name]
 
 
+def _operands(e: Compare | Between | In) -> tuple[Value, ...]:
+    """The values an atom compares with, in order."""
+    if isinstance(e, Compare):
+        return (e.value,)
+    if isinstance(e, Between):
+        return (e.low, e.high)
+    return e.values
+
+
 def matches(e: Expr | None, run: RunInfo, now: float) -> bool:
     """Evaluate a filter on one run in Python (the same semantics as the SQL)."""
     if e is None:
@@ -141,13 +150,7 @@ def matches(e: Expr | None, run: RunInfo, now: float) -> bool:
     if isinstance(e, Not):
         return not matches(e.item, run, now)
     f = e.field
-    vals = (
-        (e.value,)
-        if isinstance(e, Compare)
-        else (e.low, e.high)
-        if isinstance(e, Between)
-        else e.values
-    )
+    vals = _operands(e)
     kind = _kind(vals[0])
     is_time = f.scope == "attr" and f.name in ("created", "ended")
     if is_time:
@@ -193,13 +196,7 @@ def _sql(e: Expr, now: float) -> Any:
     if isinstance(e, Not):
         return not_(_sql(e.item, now))
     f = e.field
-    raw = (
-        (e.value,)
-        if isinstance(e, Compare)
-        else (e.low, e.high)
-        if isinstance(e, Between)
-        else e.values
-    )
+    raw = _operands(e)
     kind, vals = _sql_values(f, raw, now)
     if f.scope == "metrics":
         return exists().where(
@@ -256,6 +253,9 @@ def compile_query(
         else []
     )
     order_cols: list[Any] = []
+    # Top-level metric conditions on a metric the order joins: tested on the joined row
+    # (conjunct's id -> the alias's value column) instead of a correlated subquery per run.
+    on_join: dict[int, Any] = {}
     for n, o in enumerate(q.order):
         f = o.field
         if f.scope == "attr":
@@ -286,6 +286,8 @@ def compile_query(
             if needed:
                 stmt = stmt.join(alias, on)
                 col = value
+                for atom in needed:
+                    on_join.setdefault(id(atom), value)
             else:
                 stmt = stmt.outerjoin(alias, on)
                 col = value
@@ -296,8 +298,16 @@ def compile_query(
             order_cols.append(tie.desc() if o.descending else tie.asc())
     if not q.order:
         order_cols = [Run.created_at.desc(), Run.id.desc()]
-    if q.where is not None:
-        stmt = stmt.where(_sql(q.where, now))
+    if conjuncts:
+        conds = []
+        for c in conjuncts:
+            if id(c) in on_join:
+                assert isinstance(c, Compare | Between | In)
+                _, vals = _sql_values(c.field, _operands(c), now)
+                conds.append(_apply(on_join[id(c)], c, vals))
+            else:
+                conds.append(_sql(c, now))
+        stmt = stmt.where(*conds)
     return stmt.order_by(*order_cols).offset(offset).limit(limit)
 
 
