@@ -11,16 +11,19 @@ suspicion, what the CI page shows and whether the run passes:
    smaller passing run: it fails the merge.
 2. The shards agree on N, on the seed, and on the collection (same digest), so they are parts
    of one run.
-3. The tests the shards ran add up to the collection: none missing, none run twice.
+3. The tests the shards ran add up to the collection: none missing, none run twice, none
+   from outside it; and each shard's junit.xml does not show failures its report.json lacks.
 4. Then the gate itself, with the same semantics as one unsharded run: a failed or erroring
-   test in any shard fails it; quarantined failures are reported and do not gate; quarantine
-   problems (expired or stale entries) fail it; nothing run at all fails it.
+   test in any shard fails it, and so does a shard whose pytest exited 1 for a reason no test
+   record shows; quarantined failures are reported and do not gate; quarantine problems
+   (expired or stale entries) fail it; nothing run at all fails it.
 
 Nothing here imports pytest: the JSON reports are the interface.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import xml.etree.ElementTree as ET
@@ -38,6 +41,11 @@ _RAN_TO_THE_END = (0, 1, 5)
 """pytest exit statuses of a shard that ran its part: passed, tests failed, nothing in it."""
 
 _JUNIT_TOTALS = ("tests", "failures", "errors", "skipped")
+
+_OUTCOMES = frozenset(("passed", "failed", "error", "skipped", "xfailed", "xpassed", "quarantined"))
+"""Every outcome the plugin writes; any other value in a shard's report is not trusted."""
+_GATING = ("failed", "error")
+_GATING_JUNIT = ("failures", "errors")
 
 
 @dataclasses.dataclass
@@ -84,9 +92,20 @@ def _read(folder: Path) -> ShardReport:
         shard.report = _report.load(folder / "report.json")
     except (FileNotFoundError, ValueError) as exc:
         shard.problems.append(str(exc))
+    if shard.report is not None and not isinstance(shard.report, dict):
+        shard.problems.append(
+            f"{folder / 'report.json'}: not a JSON report (a {type(shard.report).__name__}, "
+            "not an object); rerun the shard with `harness run --shard K/N`"
+        )
+        shard.report = None
     try:
         root = ET.parse(folder / "junit.xml").getroot()
-        shard.junit = root
+        if root.tag not in ("testsuites", "testsuite"):
+            shard.problems.append(
+                f"{folder / 'junit.xml'}: not a JUnit report (root element <{root.tag}>)"
+            )
+        else:
+            shard.junit = root
     except FileNotFoundError:
         shard.problems.append(f"{folder / 'junit.xml'}: missing")
     except ET.ParseError as exc:
@@ -114,7 +133,46 @@ def _read(folder: Path) -> ShardReport:
             shard.problems.append(
                 f"{folder}: {shard.label} did not run to the end (pytest exit status {status})"
             )
+        shard.problems += _inconsistencies(shard)
     return shard
+
+
+def _suites(junit: ET.Element) -> list[ET.Element]:
+    return [junit] if junit.tag == "testsuite" else junit.findall("testsuite")
+
+
+def _inconsistencies(shard: ShardReport) -> list[str]:
+    """Where a shard's own files contradict each other: the merge cannot tell which is true.
+
+    The gate reads report.json; the CI page shows junit.xml. A report.json that lists no
+    failing test beside a junit.xml with failures (files from two runs in one folder, or an
+    edited report) would otherwise pass a run whose page shows it red.
+    """
+    report = shard.report or {}
+    tests = report.get("tests", [])
+    if not isinstance(tests, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("nodeid"), str) for t in tests
+    ):
+        report["tests"] = []  # the problem fails the merge; nothing below can read them
+        return [f"{shard.folder / 'report.json'}: its 'tests' is not a list of test records"]
+    odd = sorted({str(t.get("outcome")) for t in tests} - _OUTCOMES)
+    problems = []
+    if odd:
+        problems.append(
+            f"{shard.folder / 'report.json'}: unknown test outcome(s) {', '.join(odd)} "
+            f"(expected one of {', '.join(sorted(_OUTCOMES))})"
+        )
+    if shard.junit is not None and not any(t.get("outcome") in _GATING for t in tests):
+        try:
+            bad = sum(int(suite.get(k, 0)) for suite in _suites(shard.junit) for k in _GATING_JUNIT)
+        except ValueError as exc:
+            return [*problems, f"{shard.folder / 'junit.xml'}: a total is not a number ({exc})"]
+        if bad:
+            problems.append(
+                f"{shard.folder}: junit.xml counts {bad} failure(s)/error(s) but report.json "
+                "lists no failed test: the two files are not from the same run"
+            )
+    return problems
 
 
 def _check_whole(shards: list[ShardReport], expect: int | None) -> list[str]:
@@ -155,12 +213,19 @@ def _check_whole(shards: list[ShardReport], expect: int | None) -> list[str]:
             + "; ".join(f"{s.label}: {len(s.record['collected'])} tests" for s in recorded)
         )
     elif digests and not missing:
-        collected = set(next(s.record["collected"] for s in recorded if s.record["collected"]))
+        # One digest: every shard's list is the same (an empty collection included).
+        collected = set(recorded[0].record["collected"] or ())
         ran = Counter(t["nodeid"] for s in recorded for t in (s.report or {}).get("tests", []))
         absent = sorted(collected - set(ran))
         if absent:
             problems.append(
                 f"{len(absent)} collected test(s) ran in no shard, e.g. {', '.join(absent[:5])}"
+            )
+        foreign = sorted(set(ran) - collected)
+        if foreign:
+            problems.append(
+                f"{len(foreign)} test(s) ran that the shards did not collect, e.g. "
+                f"{', '.join(foreign[:5])}"
             )
         dup = sorted(n for n, c in ran.items() if c > 1)
         if dup:
@@ -175,13 +240,11 @@ def _merged_junit(shards: list[ShardReport]) -> ET.Element:
     for shard in shards:
         if shard.junit is None:
             continue
-        suites = (
-            [shard.junit] if shard.junit.tag == "testsuite" else shard.junit.findall("testsuite")
-        )
-        for suite in suites:
+        for suite in _suites(shard.junit):
             suite.set("name", f"{suite.get('name', 'pytest')} ({shard.label})")
             for key in _JUNIT_TOTALS:
-                totals[key] += int(suite.get(key, 0))
+                with contextlib.suppress(ValueError):  # reported by _inconsistencies
+                    totals[key] += int(suite.get(key, 0))
             seconds += float(suite.get("time", 0.0))
             root.append(suite)
     for key in _JUNIT_TOTALS:
@@ -203,18 +266,24 @@ def merge(folders: Sequence[Path], *, expect: int | None = None) -> MergeResult:
             p for s in good for p in (s.report or {}).get("quarantine", {}).get("problems", [])
         )
     )
-    gating = [t for t in tests if t.get("outcome") in ("failed", "error")]
+    gating = [t for t in tests if t.get("outcome") in _GATING]
+    # A shard whose pytest said "failed" fails the merge even when its report names no failed
+    # test (a test that called pytest.exit(returncode=1), a plugin that failed the session):
+    # the unsharded run would have exited 1 too.
+    failed_shards = [s for s in good if (s.report or {}).get("exit_status") == 1]
     if problems:
         exit_status = 2
-    elif gating or quarantine_problems:
+    elif gating or quarantine_problems or failed_shards:
         exit_status = 1
     elif not tests:
         exit_status = 5
     else:
         exit_status = 0
     report: dict[str, Any] = {
-        **{k: v for k, v in first.items() if k not in ("tests", "shard")},
+        # The shards' own verdicts (status, reason) are not the merged run's.
+        **{k: v for k, v in first.items() if k not in ("tests", "shard", "status", "reason")},
         "exit_status": exit_status,
+        "status": str(_report.RunStatus.PASSED if exit_status == 0 else _report.RunStatus.FAILED),
         # The shards ran side by side: the run took as long as its slowest shard.
         "duration_s": max((s.report or {}).get("duration_s", 0.0) for s in good) if good else 0.0,
         "quarantine": {
@@ -238,13 +307,25 @@ def merge(folders: Sequence[Path], *, expect: int | None = None) -> MergeResult:
         ],
     }
     passed = exit_status == 0
-    markdown = _markdown(report, shards, problems)
+    silent = [
+        f"{s.label} exited 1 (failed) although its report lists no failed test; its own "
+        "summary and log say why"
+        for s in failed_shards
+        if not any(t.get("outcome") in _GATING for t in (s.report or {}).get("tests", []))
+        and not (s.report or {}).get("quarantine", {}).get("problems")
+    ]
+    report["failed_shards"] = silent
+    markdown = _markdown(report, shards, problems, silent)
     return MergeResult(passed, problems, report, _merged_junit(shards), markdown, shards)
 
 
-def _markdown(report: dict[str, Any], shards: list[ShardReport], problems: list[str]) -> str:
+def _markdown(
+    report: dict[str, Any], shards: list[ShardReport], problems: list[str], silent: list[str]
+) -> str:
     n = len([s for s in shards if s.record])
     lines = []
+    if silent:
+        lines += [f"- ❌ {line}" for line in silent] + [""]
     if problems:
         lines += [
             f"## ml-harness merged shards: ❌ incomplete ({len(problems)} problem(s)); "

@@ -259,7 +259,11 @@ def _perf_step(report_dir: Path, bench: str | None = None) -> Step:
         from harness import perf
     except ImportError as exc:  # pragma: no cover - perf ships with the harness
         return Step("perf gate", StepStatus.FAILED, f"harness.perf unavailable: {exc}")
-    result = perf.ci_step(Path.cwd(), report_dir, bench=bench)
+    try:
+        config = perf.PerfStepConfig(bench=bench)
+    except perf.PerfError as exc:  # a pattern pull-request mode derived that does not compile
+        return Step("perf gate", StepStatus.FAILED, f"perf step could not run: {exc}")
+    result = perf.ci_step(Path.cwd(), report_dir, config)
     status = StepStatus.PASSED if result.exit_code == 0 else StepStatus.FAILED
     if result.skipped_reason and result.exit_code == 0:
         status = StepStatus.SKIPPED

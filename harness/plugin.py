@@ -13,6 +13,10 @@ Options (``pytest --help``, group "ml-harness"):
 ``--harness-quarantine PATH``   the quarantine file (default ``quarantine.toml`` in the rootdir)
 ``--harness-update-goldens``    record golden values instead of comparing them
 ``--harness-json PATH``         write a JSON report of the run (``harness run`` uses it)
+
+Over 500 lines on purpose: pytest finds hooks and fixtures in the module its ``pytest11`` entry
+point names, so every hook, fixture and the per-run state they share live here; what they do
+lives in the modules above.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ This module knows nothing of pytest or click: the plugin (``harness.plugin``) an
 (``harness.cli.quarantine``) are thin layers over ``load``, ``find``, ``add`` and ``remove``.
 Every problem with the file is a ``QuarantineError`` whose message reads
 ``PATH:LINE: what is wrong; how to fix it``, so editors and CI logs link straight to the line.
+
+Over 500 lines, one concern: one file format, read with line-numbered errors, checked, and
+edited in place (``add``/``remove`` rewrite its text block by block with the reader's line
+bookkeeping).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ coverage-based selection such as pytest-testmon):
   statements anywhere in a file (functions included), relative ones resolved; importing
   ``a.b.c`` also depends on the packages ``a`` and ``a.b`` (their ``__init__`` runs). A
   string literal that spells a project module (``"reference_impls.training.run"``, handed to
-  a subprocess or ``importlib``) counts as an import too.
+  a subprocess or ``importlib``) counts as an import too, and one that spells a package also
+  reaches its ``__main__`` (``python -m pkg`` runs it). Every file also depends on the
+  ``conftest.py`` files of its folder and the folders above it, as pytest loads them first.
 - A changed non-Python file inside a package (``reference_impls/training/tiny.toml``) counts as
   a change to that package. A changed golden file (``suites/goldens/<tier>/<path>.json``)
   selects the test file it belongs to.
@@ -95,6 +97,12 @@ def _git(root: Path, *args: str) -> str:
 
 def merge_base(root: Path, base_ref: str) -> str:
     """The merge-base of ``base_ref`` and HEAD, with an error naming the ref and the fix."""
+    if base_ref.startswith("-"):
+        # git would read it as an option (``--fork-point`` picks a base of its own).
+        raise SelectionError(
+            f"the base ref {base_ref!r} cannot start with '-' (git would read it as an "
+            "option); name a branch, tag or commit with --changed-since REF"
+        )
     try:
         return _git(root, "merge-base", base_ref, "HEAD").strip()
     except SelectionError as exc:
@@ -139,6 +147,18 @@ class ImportGraph:
         self.imports: dict[str, set[str]] = {
             name: self._imports_of(name, root / rel) for name, rel in self.files.items()
         }
+        # pytest loads every conftest.py from a test's folder up to the root before the test,
+        # so a test reaches what those import (a server fixture's helper) with no import of
+        # its own: each file depends on the conftest modules of its folder and above.
+        conftests = {
+            PurePosixPath(file).parent: module
+            for module, file in self.files.items()
+            if PurePosixPath(file).name == "conftest.py"
+        }
+        for module, file in self.files.items():
+            for folder in PurePosixPath(file).parents:
+                if conftests.get(folder, module) != module:
+                    self.imports[module].add(conftests[folder])
 
     @staticmethod
     def _python_files(root: Path) -> Iterable[Path]:
@@ -184,6 +204,9 @@ class ImportGraph:
                 and node.value in self.files
             ):
                 found |= self._project(node.value)
+                # ``python -m pkg`` (or runpy) runs pkg/__main__.py, which nothing imports.
+                if f"{node.value}.__main__" in self.files:
+                    found.add(f"{node.value}.__main__")
         found.discard(name)
         return found
 
@@ -192,8 +215,11 @@ class ImportGraph:
         import modes put a test file's folder on sys.path, so that resolves there."""
         if not folder or not name:
             return set()
-        candidate = f"{folder}.{name.split('.')[0]}"
-        return {candidate} if candidate in self.files else set()
+        # Kept whether or not the file exists: a deleted or renamed helper must still select
+        # the tests that import it (they now fail to import). An edge to a module that does
+        # not exist (``import os`` -> ``suites.unit.os``) only matters if such a file appears,
+        # and then it does shadow the other module for that test.
+        return {f"{folder}.{name.split('.')[0]}"}
 
     def closure(self, name: str) -> set[str]:
         """Every project module ``name`` reaches, itself included."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "Shard",
     "ShardError",
     "annotate_report",
+    "check_durations",
     "collection_digest",
     "pytest_args",
     "store_durations_args",
@@ -46,7 +48,8 @@ ALGORITHM = "least_duration"
 """pytest-split's algorithm: balances totals (its default, ``duration_based_chunks``, keeps
 file order but can leave one shard with most of the time when slow tests sit together)."""
 
-_SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+_SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
+"""K/N in ASCII digits only, as seeds are written (``\\d`` and int() accept any script's)."""
 
 
 class ShardError(ValueError):
@@ -83,6 +86,49 @@ class Shard:
 
     def __str__(self) -> str:
         return f"{self.index}/{self.total}"
+
+
+def check_durations(path: Path) -> dict[str, float] | None:
+    """The durations file as pytest-split will read it, or None when there is none.
+
+    pytest-split reads it inside pytest, where a damaged file is an INTERNALERROR traceback on
+    every runner; this says what is wrong, by name, before pytest starts. A missing file is
+    not an error: pytest-split then gives every test the same weight (a split by count) and
+    says so. Accepted: pytest-split's JSON object of node id -> seconds, or its older list of
+    ``[node id, seconds]`` pairs; seconds finite and >= 0 (NaN would make the order of the
+    split arbitrary, a negative time would pull tests into one shard).
+    """
+    fix = f"refresh it with `harness run --store-durations --durations-path {path}`"
+    if path.is_dir():
+        raise ShardError(
+            f"durations file {path} is a folder; {fix}, or point --durations-path at a file"
+        )
+    if not path.exists():
+        return None
+
+    def refuse_constant(name: str) -> float:
+        raise ShardError(f"durations file {path}: {name} is not a number of seconds; {fix}")
+
+    try:
+        data = json.loads(path.read_text(), parse_constant=refuse_constant)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ShardError(f"durations file {path}: not valid JSON ({exc}); {fix}") from None
+    if isinstance(data, list) and all(isinstance(p, list) and len(p) == 2 for p in data):
+        data = dict(data)  # pytest-split's older format: [[node id, seconds], ...]
+    if not isinstance(data, dict):
+        raise ShardError(f"durations file {path}: not a JSON object of node id -> seconds; {fix}")
+    for nodeid, seconds in data.items():
+        if (
+            not isinstance(seconds, int | float)
+            or isinstance(seconds, bool)
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
+            raise ShardError(
+                f"durations file {path}: {nodeid!r} has {seconds!r}, not a number of seconds "
+                f">= 0; {fix}"
+            )
+    return {str(k): float(v) for k, v in data.items()}
 
 
 def pytest_args(shard: Shard, durations_path: Path, collection_path: Path) -> list[str]:

@@ -9,7 +9,8 @@ README changes), and runs the documented pull-request command in it ``--runs`` t
     harness perf ci --measure-base always --require-baseline
 
 (``--passes`` defaults to 1 here as there; ``--ab-pairs`` to 20). Each run measures base and
-head afresh. With ``--load N``, N busy loops
+head afresh. The project is the one the perf tests use
+(suites/integration/harness/tiny_asv_project.py). With ``--load N``, N busy loops
 (``python -c 'while True: pass'``) run for the duration of each gate run, started before it and
 killed by PID after it. The machine is shared with other jobs, so the load is never only ours:
 the load average is printed with each run.
@@ -34,75 +35,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-ASV_CONF = {
-    "version": 1,
-    "project": "tiny",
-    "repo": ".",
-    "dvcs": "git",
-    "environment_type": "existing",
-    "branches": ["HEAD"],
-    "benchmark_dir": "benchmarks",
-    "env_dir": ".asv/env",
-    "results_dir": ".asv/results",
-    "html_dir": ".asv/html",
-}
-
-# ~1 ms per call at N = 20,000 on a 2-core CI machine: long enough to time, short enough for a
-# gate run of ~30 s. The benchmark's body never changes (a changed body is "not comparable");
-# the change under test is in the code it calls.
-TINYLIB = '''"""The code under benchmark."""
-
-N = {n}
-
-
-def work(n):
-    total = 0
-    for i in range(n):
-        total += i % 7
-    return total
-'''
-
-BENCH = """from . import tinylib
-
-
-class Loop:
-    def time_work(self):
-        tinylib.work(tinylib.N)
-"""
+# The tiny project the perf tests gate, shared with them (its docstring says why it lives there).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites" / "integration" / "harness"))
+import tiny_asv_project  # noqa: E402
 
 MACHINE = "noise-experiment"
 
 
-def _git(repo: Path, *args: str) -> None:
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="experiment",
-        GIT_AUTHOR_EMAIL="experiment@example.com",
-        GIT_COMMITTER_NAME="experiment",
-        GIT_COMMITTER_EMAIL="experiment@example.com",
-    )
-    subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
-
-
 def make_repo(path: Path, case: str) -> Path:
     """main: the base; feature (checked out): 2x the work (slow) or a README change (same)."""
-    repo = path / "tiny"
-    (repo / "benchmarks").mkdir(parents=True)
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "asv.conf.json").write_text(json.dumps(ASV_CONF, indent=2))
-    (repo / ".gitignore").write_text(".asv/\n")
-    (repo / "benchmarks" / "__init__.py").write_text("")
-    (repo / "benchmarks" / "bench_tiny.py").write_text(BENCH)
-    (repo / "benchmarks" / "tinylib.py").write_text(TINYLIB.format(n=20_000))
-    (repo / "README.md").write_text("tiny\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    _git(repo, "checkout", "-q", "-b", "feature")
+    repo, _ = tiny_asv_project.make_repo(path)
+    tiny_asv_project.git(repo, "checkout", "-q", "-b", "feature")
     if case == "slow":
-        (repo / "benchmarks" / "tinylib.py").write_text(TINYLIB.format(n=40_000))
+        tiny_asv_project.commit(repo, f"change: {case}", n=2 * tiny_asv_project.BASE_N)
     else:
-        (repo / "README.md").write_text("tiny, documented\n")
-    _git(repo, "commit", "-qam", f"change: {case}")
+        tiny_asv_project.commit(repo, f"change: {case}", readme="tiny, documented\n")
     return repo
 
 

@@ -23,7 +23,7 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import artifacts, env, mutate, perf, quarantine, reports, runs
+    from harness.cli import artifacts, env, flaky, mutate, perf, quarantine, reports, runs
 
     main.add_command(env.env)
     main.add_command(artifacts.artifacts)
@@ -33,6 +33,7 @@ def _register() -> None:
     main.add_command(mutate.mutate_command)
     for command in runs.COMMANDS:
         main.add_command(command)
+    main.add_command(flaky.flaky_command)
 
 
 _register()

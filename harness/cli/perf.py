@@ -235,7 +235,7 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
 )
 @click.option(
     "--measure-base",
-    type=click.Choice(["never", "missing", "always"]),
+    type=click.Choice(lib.MEASURE_BASE),
     default="never",
     show_default=True,
     help="Measure the base commit in this run (interleaved with HEAD): never (use "
@@ -279,7 +279,7 @@ def ci(
     report_dir: Path,
     full: bool,
     require_baseline: bool,
-    measure_base: str,
+    measure_base: lib.MeasureBase,  # one of click.Choice's, checked again by PerfStepConfig
     passes: int,
     ab_pairs: int,
     group: str,
@@ -290,11 +290,8 @@ def ci(
 ) -> None:
     """The perf step of `harness ci`: benchmarks for HEAD, gated against the base.
     Writes perf.md (also appended to $GITHUB_STEP_SUMMARY), perf-gate.json, perf-run.log."""
-    machine = _machine(machine)
     try:
-        result = lib.ci_step(
-            _root(),
-            report_dir,
+        config = lib.PerfStepConfig(
             quick=not full,
             require_baseline=require_baseline,
             measure_base=measure_base,
@@ -302,11 +299,11 @@ def ci(
             ab_pairs=ab_pairs,
             group=group,
             bench=bench,
-            machine=machine,
+            machine=_machine(machine),
             factor=factor,
             base_ref=base_ref,
-            echo=click.echo,
         )
+        result = lib.ci_step(_root(), report_dir, config, echo=click.echo)
     except lib.PerfError as exc:
         _fail(exc, lib.EXIT_NOT_COMPARABLE)
     click.echo(result.markdown)

@@ -30,10 +30,12 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
 - ``harness.perf.stats``: the gate's statistics (median of per-pass ratios, a stratified
   Mann-Whitney test, the fewest samples that can show a regression).
 - ``harness.perf.gating``: the regression gate (:func:`gate`).
+- ``harness.perf.gate_report``: what it returns (:class:`GateReport`, :class:`Row`,
+  :class:`RowStatus`), as markdown and JSON.
 - ``harness.perf.ab``: interleaved A/B timing of base and head, sample by sample
   (:func:`measure_ab`), which decides timing benchmarks when the base is measured in the run.
 - ``harness.perf.baselines``: which commit is the baseline; the baseline a first run records.
-- ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`).
+- ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`, :class:`PerfStepConfig`).
 - ``harness.perf.dashboard``: the offline dashboard (:func:`publish`,
   :func:`dashboard_server`).
 """
@@ -82,16 +84,19 @@ from harness.perf.dashboard import (
     make_offline,
     publish,
 )
-from harness.perf.gating import (
-    DEFAULT_FACTOR,
+from harness.perf.gate_report import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
-    INFORMATIONAL,
     STATUS_MARK,
     TOO_FEW_SAMPLES,
     GateReport,
     Row,
+    RowStatus,
+)
+from harness.perf.gating import (
+    DEFAULT_FACTOR,
+    INFORMATIONAL,
     ab_candidates,
     apply_ab,
     gate,
@@ -109,7 +114,7 @@ from harness.perf.runs import (
     run_benchmarks,
     run_interleaved,
 )
-from harness.perf.step import MEASURE_BASE, PerfStepResult, ci_step
+from harness.perf.step import MEASURE_BASE, MeasureBase, PerfStepConfig, PerfStepResult, ci_step
 
 __all__ = [
     # errors, project, interpreter and git (_common)
@@ -144,6 +149,9 @@ __all__ = [
     # the gate (gating), baselines (baselines), the `harness ci` step (step)
     "BASELINE_SEARCH_DEPTH",
     "MEASURE_BASE",
+    "MeasureBase",
+    "PerfStepConfig",
+    "RowStatus",
     "StoredBaseline",
     "TOO_FEW_SAMPLES",
     "record_baseline",

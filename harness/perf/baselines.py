@@ -20,6 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from harness import atomic
 from harness.perf._common import PerfError, Project, _git, check_ref, resolve_commit
 from harness.perf.results import load_results
 
@@ -144,7 +145,7 @@ def record_baseline(
         results_dir=store,
     )
     manifest = {k: str(v) for k, v in dataclasses.asdict(baseline).items()}
-    _manifest(project, machine).write_text(json.dumps(manifest, indent=2) + "\n")
+    atomic.write_text(_manifest(project, machine), json.dumps(manifest, indent=2) + "\n")
     return baseline
 
 
@@ -152,8 +153,10 @@ def stored_baseline(root: Path | str, *, machine: str, env: str) -> StoredBaseli
     """The machine's stored baseline, when it has results in env and its commit is HEAD or an
     ancestor of HEAD (a baseline from another branch's history would compare unrelated code)."""
     project = Project.load(root)
+    path = _manifest(project, machine)
+    fix = f"delete it (and {_store(project) / machine}) so that the next run records a new one"
     try:
-        data = json.loads(_manifest(project, machine).read_text())
+        data = json.loads(path.read_text())
         baseline = StoredBaseline(
             commit=str(data["commit"]),
             env=str(data["env"]),
@@ -162,12 +165,22 @@ def stored_baseline(root: Path | str, *, machine: str, env: str) -> StoredBaseli
             source=str(data["source"]),
             results_dir=_store(project),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # Not "no baseline": that would pass the step and overwrite it with this run's results.
+        raise PerfError(
+            f"the stored baseline's manifest {path} cannot be read ({type(exc).__name__}: "
+            f"{exc}); {fix}"
+        ) from None
     if baseline.machine != machine or baseline.env != env:
         return None
     if not re.fullmatch(r"[0-9a-f]{40}", baseline.commit):
-        return None  # a hand-edited manifest: never hand git something that is not a hash
+        # A hand-edited manifest: never hand git something that is not a hash.
+        raise PerfError(
+            f"the stored baseline's manifest {path} names commit {baseline.commit!r}, not a "
+            f"40-digit hash; {fix}"
+        )
     is_ancestor = subprocess.run(
         ["git", "merge-base", "--is-ancestor", baseline.commit, "HEAD"],
         cwd=project.root,

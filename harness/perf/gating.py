@@ -4,7 +4,8 @@
 it finds) and, for timing benchmarks, compares their samples pass by pass (stats.py: the median
 of per-pass ratios and a stratified Mann-Whitney test; results.py pairs the passes), then
 applies the factor. "Nothing comparable" and "too few samples to see a regression" are exit 2,
-never a pass. baselines.py picks the base; step.py is the ``harness ci`` step around it.
+never a pass. gate_report.py holds what it returns (the rows, their statuses, the report's
+markdown and JSON); baselines.py picks the base; step.py is the ``harness ci`` step around it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.perf import stats
 from harness.perf._common import (
@@ -26,14 +27,20 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
+from harness.perf.gate_report import (
+    EXIT_NOT_COMPARABLE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    FAILING,
+    GateReport,
+    Row,
+    RowStatus,
+    _n,
+)
 from harness.perf.results import Measurement, load_passes, load_results
 
 if TYPE_CHECKING:
     from harness.perf.ab import ABResult
-
-EXIT_OK = 0
-EXIT_REGRESSION = 1  # a benchmark significantly slower than the factor allows, or failing
-EXIT_NOT_COMPARABLE = 2  # nothing could be compared: missing results, env or code mismatch
 
 # Ratios seen for identical code on a quiet 2-core CI machine: 0.90-1.06 (docs/platform.md), so 1.2
 # is the floor there. With the machine shared by other jobs (load 2-5 on 2 cores), unchanged
@@ -47,154 +54,9 @@ DEFAULT_FACTOR = 1.3
 # --------------------------------------------------------------------------------------------
 # The gate
 
-
-@dataclasses.dataclass
-class Row:
-    """One benchmark (with its parameters) in one environment, base against head."""
-
-    name: str
-    env_name: str
-    status: str  # the keys of STATUS_MARK, or a "not comparable" reason
-    base: float | None
-    head: float | None
-    unit: str | None
-    n_base: int | None
-    n_head: int | None
-    ratio: float | None = None
-    passes: int | None = None  # strata compared: asv passes, or A/B pairs (method)
-    p: float | None = None  # one-sided p-value of the direction of the ratio (stats.py)
-    method: str = ""  # how the samples were compared: "passes", "pooled" or "A/B pairs"
-    kind: str | None = None  # asv's benchmark type: time, track, peakmem...
-
-    @property
-    def comparable(self) -> bool:
-        return self.status in (
-            "regressed",
-            "improved",
-            "unchanged",
-            "slower, not significant",
-            "faster, not significant",
-        )
-
-
-# A timing benchmark whose samples can never reach significance (stats.min_p >= stats.ALPHA):
-# the gate cannot see a regression there, not even a 10x one, and says so by failing (exit 2).
-TOO_FEW_SAMPLES = "too few samples to see a regression"
-
 # Benchmarks named track_info_* are shown with their ratio but never decide the exit code: they
 # track a noisy derived number with no samples for the significance test (README.md there).
 INFORMATIONAL = re.compile(r"\.track_info_")
-
-STATUS_MARK = {
-    "informational": "i",
-    "regressed": "❌",
-    "failed in head": "❌",
-    "improved": "✅",
-    "unchanged": "",
-    "slower, not significant": "~",
-    "faster, not significant": "~",
-    TOO_FEW_SAMPLES: "⚠",
-}
-
-
-@dataclasses.dataclass
-class GateReport:
-    exit_code: int
-    base: str
-    head: str
-    machine: str
-    factor: float
-    rows: list[Row]
-    problems: list[str]  # why something was not comparable (shown above the table)
-    context: list[str] = dataclasses.field(default_factory=list)  # problems not from the verdict
-
-    @property
-    def verdict(self) -> str:
-        if self.exit_code == EXIT_REGRESSION:
-            bad = [r for r in self.rows if r.status in ("regressed", "failed in head")]
-            return f"REGRESSION: {len(bad)} benchmark(s) significantly slower or failing"
-        too_few = sum(r.status == TOO_FEW_SAMPLES for r in self.rows)
-        if self.exit_code == EXIT_NOT_COMPARABLE and too_few:
-            return (
-                f"TOO FEW SAMPLES: {too_few} benchmark(s) cannot show a regression with the "
-                "samples taken (see above)"
-            )
-        if self.exit_code == EXIT_NOT_COMPARABLE:
-            return "NOT COMPARABLE: nothing could be compared (see above)"
-        n = sum(r.comparable for r in self.rows)
-        return f"OK: no significant regression in {n} comparable benchmark(s)"
-
-    def table(self) -> str:
-        """The ratio table as GitHub markdown."""
-        lines = [
-            f"| | benchmark | base `{self.base[:10]}` | head `{self.head[:10]}` | ratio | "
-            f"samples | compared | p | status |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        envs = {r.env_name for r in self.rows}
-        for r in self.rows:
-            name = r.name if len(envs) == 1 else f"{r.name} [{r.env_name}]"
-            ratio = f"{r.ratio:.2f}" if r.ratio is not None else "n/a"
-            samples = f"{_n(r.n_base)}/{_n(r.n_head)}"
-            base = "-" if r.status.startswith("new in head") else _human(r.base, r.unit)
-            head = "-" if r.status == "missing in head" else _human(r.head, r.unit)
-            passes = f"{r.passes} {r.method}" if r.passes else r.method or "-"
-            p = "-" if r.p is None else f"{r.p:.2g}"
-            lines.append(
-                f"| {STATUS_MARK.get(r.status, '?')} | `{name}` | {base} | {head} | {ratio} | "
-                f"{samples} | {passes} | {p} | {r.status} |"
-            )
-        return "\n".join(lines)
-
-    def markdown(self) -> str:
-        head = (
-            f"Gate: base `{self.base[:10]}` vs head `{self.head[:10]}` on machine "
-            f"`{self.machine}`, factor {self.factor:g}: a benchmark regresses when head/base "
-            "(the median of the ratios of base/head samples taken together: A/B pairs or asv "
-            "passes) exceeds it and a Mann-Whitney test within those groups gives "
-            f"p < {stats.ALPHA:g} (docs/perf.md)."
-        )
-        parts = [head]
-        parts += [f"- {p}" for p in self.problems]
-        if self.rows:
-            parts.append(self.table())
-        parts.append(f"**{self.verdict}** (exit {self.exit_code})")
-        return "\n\n".join(parts)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "exit_code": self.exit_code,
-            "base": self.base,
-            "head": self.head,
-            "machine": self.machine,
-            "factor": self.factor,
-            "problems": self.problems,
-            "verdict": self.verdict,
-            # NaN (a skipped benchmark) is not JSON: it becomes null, like a missing value.
-            "rows": [
-                {
-                    k: None if isinstance(v, float) and math.isnan(v) else v
-                    for k, v in dataclasses.asdict(r).items()
-                }
-                for r in self.rows
-            ],
-        }
-
-
-def _n(n: int | None) -> str:
-    return "-" if n is None else str(n)
-
-
-def _human(value: float | None, unit: str | None) -> str:
-    from asv.util import human_value
-
-    if value is None:
-        return "failed"
-    if isinstance(value, float) and math.isnan(value):
-        return "skipped"
-    if unit in ("seconds", "bytes"):
-        return str(human_value(value, unit))
-    return f"{value:.4g}" + (f" {unit}" if unit and unit != "unit" else "")
 
 
 def _benchmark_info(project: Project) -> dict[str, tuple[str, str]]:
@@ -307,7 +169,7 @@ def gate(
             row = Row(
                 name,
                 env,
-                "",
+                RowStatus.UNCHANGED,  # a placeholder: every branch below sets the status
                 b.value if b else None,
                 h.value if h else None,
                 unit,
@@ -316,21 +178,21 @@ def gate(
                 kind=kind,
             )
             if b is None:
-                row.status = "new in head, no baseline"
+                row.status = RowStatus.NEW_IN_HEAD
             elif h is None:
-                row.status = "missing in head"
+                row.status = RowStatus.MISSING_IN_HEAD
             elif b.version != h.version:
-                row.status = "benchmark code changed, not comparable"
+                row.status = RowStatus.CODE_CHANGED
             elif INFORMATIONAL.search(name) and not (h.value is None or b.value is None):
-                row.status = "informational"
+                row.status = RowStatus.INFORMATIONAL
                 if not (_isnan(b.value) or _isnan(h.value)) and b.value:
                     row.ratio = h.value / b.value
             elif h.value is None:
-                row.status = "failed in head"
+                row.status = RowStatus.FAILED_IN_HEAD
             elif b.value is None:
-                row.status = "failed in base, not comparable"
+                row.status = RowStatus.FAILED_IN_BASE
             elif _isnan(b.value) or _isnan(h.value):
-                row.status = "skipped, not comparable"
+                row.status = RowStatus.SKIPPED
             elif kind == "time" or (b.samples and h.samples):
                 _compare_samples(row, b, h, b_passes.get(name), h_passes.get(name), factor)
             else:
@@ -346,7 +208,7 @@ def gate(
 def _decide(rows: list[Row]) -> tuple[int, list[str]]:
     """The exit code of a gate over rows, and the why of a non-zero code."""
     problems: list[str] = []
-    too_few = [r for r in rows if r.status == TOO_FEW_SAMPLES]
+    too_few = [r for r in rows if r.status is RowStatus.TOO_FEW_SAMPLES]
     if too_few:
         problems.append(
             f"{len(too_few)} timing benchmark(s) have too few samples for the significance "
@@ -354,12 +216,12 @@ def _decide(rows: list[Row]) -> tuple[int, list[str]]:
             "regression there would pass unseen. Measure with more samples (more --passes, "
             "or without --quick): at least 7 per side pooled, or 2 passes of 5."
         )
-    if any(r.status in ("regressed", "failed in head") for r in rows):
+    if any(r.status in FAILING for r in rows):
         return EXIT_REGRESSION, problems
     if too_few:
         return EXIT_NOT_COMPARABLE, problems
     if not any(r.comparable for r in rows):
-        changed = sum(r.status.startswith("benchmark code changed") for r in rows)
+        changed = sum(r.status is RowStatus.CODE_CHANGED for r in rows)
         problems.append(
             f"nothing comparable: {len(rows)} benchmark(s), {changed} with changed code, the "
             "rest skipped, failed, new or missing on one side"
@@ -375,8 +237,8 @@ def ab_candidates(report: GateReport) -> list[str]:
         r.name
         for r in report.rows
         if r.kind == "time"
-        and r.status != "informational"
-        and (r.comparable or r.status == TOO_FEW_SAMPLES)
+        and r.status is not RowStatus.INFORMATIONAL
+        and (r.comparable or r.status is RowStatus.TOO_FEW_SAMPLES)
     ]
 
 
@@ -444,29 +306,33 @@ def _judge(row: Row, strata: Sequence[stats.Stratum], factor: float) -> None:
     """Status, ratio and p of a timing row from its strata (stats.py), then the factor."""
     sizes = [(len(stats._clean(x)), len(stats._clean(y))) for x, y in strata]
     if stats.min_p(sizes) >= stats.ALPHA:
-        row.status = TOO_FEW_SAMPLES
+        row.status = RowStatus.TOO_FEW_SAMPLES
         row.ratio = stats.ratio(strata) if any(n and m for n, m in sizes) else None
         return
     row.ratio = stats.ratio(strata)
     slower, faster = stats.p_slower(strata), stats.p_faster(strata)
     row.p = slower if row.ratio >= 1 else faster
     if row.ratio > factor:
-        row.status = "regressed" if slower < stats.ALPHA else "slower, not significant"
+        row.status = (
+            RowStatus.REGRESSED if slower < stats.ALPHA else RowStatus.SLOWER_NOT_SIGNIFICANT
+        )
     elif row.ratio < 1 / factor:
-        row.status = "improved" if faster < stats.ALPHA else "faster, not significant"
+        row.status = (
+            RowStatus.IMPROVED if faster < stats.ALPHA else RowStatus.FASTER_NOT_SIGNIFICANT
+        )
     else:
-        row.status = "unchanged"
+        row.status = RowStatus.UNCHANGED
 
 
 def _compare_values(row: Row, base: float, head: float, factor: float) -> None:
     """track_* and peakmem_* values have no samples: deterministic numbers, the factor alone."""
     row.ratio = head / base if base else (1.0 if head == base else math.inf)
     if row.ratio > factor:
-        row.status = "regressed"
+        row.status = RowStatus.REGRESSED
     elif row.ratio < 1 / factor:
-        row.status = "improved"
+        row.status = RowStatus.IMPROVED
     else:
-        row.status = "unchanged"
+        row.status = RowStatus.UNCHANGED
 
 
 def _fewest(rows: list[Row]) -> str:

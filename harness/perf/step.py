@@ -13,7 +13,7 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from harness.perf._common import (
     Echo,
@@ -21,6 +21,9 @@ from harness.perf._common import (
     Project,
     _echo_stderr,
     check_factor,
+    check_machine,
+    check_ref,
+    check_regex,
     env_name,
     resolve_commit,
     resolve_machine,
@@ -35,20 +38,66 @@ from harness.perf.baselines import (
     record_baseline,
     stored_baseline,
 )
-from harness.perf.gating import (
-    DEFAULT_FACTOR,
-    EXIT_NOT_COMPARABLE,
-    EXIT_OK,
-    EXIT_REGRESSION,
-    GateReport,
-    ab_candidates,
-    apply_ab,
-    gate,
-    has_results,
-)
+from harness.perf.gate_report import EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_REGRESSION, GateReport
+from harness.perf.gating import DEFAULT_FACTOR, ab_candidates, apply_ab, gate, has_results
 from harness.perf.runs import GROUPS, MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
 
-MEASURE_BASE = ("never", "missing", "always")
+MeasureBase = Literal["never", "missing", "always"]
+"""Where the base's results come from (:func:`ci_step` says what each choice does)."""
+MEASURE_BASE: tuple[MeasureBase, ...] = get_args(MeasureBase)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PerfStepConfig:
+    """How the perf step runs (``harness perf ci``'s options; ``harness ci`` uses the defaults).
+
+    Checked once, on construction: a bad value raises :class:`PerfError` naming it and the fix
+    (``harness perf ci``: exit 2), before any benchmark runs or any file is written.
+    """
+
+    quick: bool = True
+    """One round, 5 samples per benchmark per pass (runs.py); False: asv's default sampling."""
+    require_baseline: bool = False
+    """No baseline is exit 2 (pull-request jobs) instead of 0."""
+    measure_base: MeasureBase = "never"
+    """never: stored results; always: measured in this run; missing: stored, else measured."""
+    passes: int = 1
+    """Alternating asv passes over base and HEAD when the base is measured here."""
+    group: str = "cpu"
+    """The benchmark group (a key of runs.GROUPS): the CPU runner's, the GPU runner's, or all."""
+    bench: str | None = None
+    """Only benchmarks whose name matches this regex (re.search); None: the whole group."""
+    machine: str | None = None
+    """The asv machine name; None: $HARNESS_PERF_MACHINE or ci-cpu, read when the step runs."""
+    factor: float = DEFAULT_FACTOR
+    """A benchmark regresses when head/base exceeds this and the difference is significant."""
+    base_ref: str | None = None
+    """The default branch to take the merge-base with; None: found (baselines.py)."""
+    ab_pairs: int = DEFAULT_PAIRS
+    """Interleaved A/B pairs per timing benchmark when the base is measured here; 0: none."""
+
+    def __post_init__(self) -> None:
+        if self.measure_base not in MEASURE_BASE:
+            raise PerfError(
+                f"--measure-base {self.measure_base!r} is not a choice: give one of "
+                f'{", ".join(MEASURE_BASE)} (docs/perf.md, "Baseline policy")'
+            )
+        if not 1 <= self.passes <= MAX_PASSES:
+            raise PerfError(f"--passes must be between 1 and {MAX_PASSES}, got {self.passes}")
+        if not 0 <= self.ab_pairs <= MAX_AB_PAIRS:
+            raise PerfError(f"--ab-pairs must be between 0 and {MAX_AB_PAIRS}, got {self.ab_pairs}")
+        if self.group not in GROUPS:
+            raise PerfError(
+                f"--group {self.group!r} is not a benchmark group: give one of "
+                f"{', '.join(sorted(GROUPS))}"
+            )
+        check_factor(self.factor)
+        if self.bench is not None:
+            check_regex(self.bench)
+        if self.base_ref is not None:
+            check_ref(self.base_ref, source="--base-ref")
+        if self.machine is not None:
+            check_machine(self.machine)
 
 
 @dataclasses.dataclass
@@ -71,25 +120,17 @@ class PerfStepResult:
 def ci_step(
     repo_root: Path,
     report_dir: Path,
+    config: PerfStepConfig | None = None,
     *,
-    quick: bool = True,
-    require_baseline: bool = False,
-    measure_base: str = "never",
-    passes: int = 1,
-    group: str = "cpu",
-    bench: str | None = None,
-    machine: str | None = None,
-    factor: float = DEFAULT_FACTOR,
-    base_ref: str | None = None,
-    ab_pairs: int = DEFAULT_PAIRS,
     echo: Echo | None = _echo_stderr,
 ) -> PerfStepResult:
-    """Run the CPU benchmarks (or ``group``) for HEAD and gate them against the baseline.
+    """Run the CPU benchmarks (or ``config.group``) for HEAD and gate them against the baseline.
 
-    docs/perf.md describes the policy.
+    docs/perf.md describes the policy; ``config`` (default: :class:`PerfStepConfig`'s defaults)
+    says how.
 
     The base is the merge-base of HEAD with the default branch (HEAD's first parent on the
-    default branch itself). measure_base says where its results come from:
+    default branch itself). ``config.measure_base`` says where its results come from:
 
     - "never" (``harness ci`` locally, the GPU runner): stored results of the nearest
       first-parent ancestor of the base that has results on this machine and environment.
@@ -107,17 +148,12 @@ def ci_step(
     Without a baseline ("never"/"missing": no ancestor has results and no stored baseline
     applies), the step says so, keeps this run's results as the baseline (baselines.py) so
     that the next run gates, and exits 0, or 2 under ``require_baseline``. Writes perf.md,
-    perf-gate.json and perf-run.log into report_dir. Bad arguments and an unusable report_dir
-    raise PerfError before any benchmark runs; a missing project or commit is exit 2.
+    perf-gate.json and perf-run.log into report_dir. A bad $HARNESS_PERF_MACHINE and an
+    unusable report_dir raise PerfError before any benchmark runs (bad settings already did,
+    in PerfStepConfig); a missing project or commit is exit 2.
     """
-    if measure_base not in MEASURE_BASE:
-        raise PerfError(f"measure_base must be never, missing or always, got {measure_base!r}")
-    if not 1 <= passes <= MAX_PASSES:
-        raise PerfError(f"--passes must be between 1 and {MAX_PASSES}, got {passes}")
-    if not 0 <= ab_pairs <= MAX_AB_PAIRS:
-        raise PerfError(f"--ab-pairs must be between 0 and {MAX_AB_PAIRS}, got {ab_pairs}")
-    check_factor(factor)
-    machine = resolve_machine(machine)
+    config = config or PerfStepConfig()
+    machine = resolve_machine(config.machine)
     report_dir = Path(report_dir)
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -127,21 +163,7 @@ def ci_step(
             "give --report-dir a writable folder"
         ) from None
     try:
-        return _ci_step(
-            Path(repo_root),
-            report_dir,
-            quick=quick,
-            require_baseline=require_baseline,
-            measure_base=measure_base,
-            passes=passes,
-            group=group,
-            bench=bench,
-            machine=machine,
-            factor=factor,
-            base_ref=base_ref,
-            ab_pairs=ab_pairs,
-            echo=echo,
-        )
+        return _ci_step(Path(repo_root), report_dir, config, machine=machine, echo=echo)
     except PerfError as exc:  # no asv.conf.json, not a git checkout, unknown base ref...
         reason = f"perf step could not run: {exc}"
         markdown = f"### Performance\n\n**{reason}** (exit {EXIT_NOT_COMPARABLE})"
@@ -152,19 +174,12 @@ def ci_step(
 def _ci_step(
     repo_root: Path,
     report_dir: Path,
+    config: PerfStepConfig,
     *,
-    quick: bool,
-    require_baseline: bool,
-    measure_base: str,
-    passes: int,
-    group: str,
-    bench: str | None,
     machine: str,
-    factor: float,
-    base_ref: str | None,
-    ab_pairs: int,
     echo: Echo | None,
 ) -> PerfStepResult:
+    measure_base, group, quick = config.measure_base, config.group, config.quick
     Project.load(repo_root)  # fails first, and clearly, where there is no asv project
     env = env_name()
     head = resolve_commit(Path(repo_root), "HEAD")
@@ -175,7 +190,7 @@ def _ci_step(
     log: list[str] = []
     run_kwargs: dict[str, Any] = {
         "group": group,
-        "bench": bench,
+        "bench": config.bench,
         "quick": quick,
         "machine": machine,
         "echo": echo,
@@ -198,7 +213,7 @@ def _ci_step(
             gate_json.unlink(missing_ok=True)  # never leave an older run's verdict behind
         return PerfStepResult(code, markdown, skipped, recorded)
 
-    found = merge_base(repo_root, base_ref=base_ref)
+    found = merge_base(repo_root, base_ref=config.base_ref)
     baseline: str | None = None
     stored: StoredBaseline | None = None
     base_note, base_problem = "", ""
@@ -209,7 +224,9 @@ def _ci_step(
             baseline = find_baseline(repo_root, start, machine=machine, env=env)
         if baseline is None and measure_base != "never":
             try:
-                outcomes = run_interleaved(repo_root, [start, "HEAD"], passes=passes, **run_kwargs)
+                outcomes = run_interleaved(
+                    repo_root, [start, "HEAD"], passes=config.passes, **run_kwargs
+                )
             except PerfError as exc:  # e.g. the base predates the benchmarks
                 base_problem = f" (measuring it failed: {exc})"
             else:
@@ -255,7 +272,13 @@ def _ci_step(
                 f"environment `{env}`{base_problem}"
             )
         recorded: StoredBaseline | None = None
-        if measure_base != "always" and has_results(repo_root, head, machine=machine, env=env):
+        # A run with failing benchmarks is not kept: they would be "failed in base" for every
+        # run against it, never gated however slow they became once fixed.
+        if (
+            measure_base != "always"
+            and not failed_run
+            and has_results(repo_root, head, machine=machine, env=env)
+        ):
             recorded = record_baseline(
                 repo_root, head, machine=machine, env=env, source=head_outcome.source
             )
@@ -263,15 +286,25 @@ def _ci_step(
             f"this run is now {recorded.describe()}: the next run gates against it"
             if recorded
             else "nothing was kept as a baseline"
+            + (
+                ": benchmarks failed in this run, so the next run without a baseline records "
+                "one instead"
+                if failed_run and measure_base != "always"
+                else ""
+            )
         )
         if echo:
             echo(f"harness perf: NO BASELINE: {reason}; {kept}")
         code = (
-            EXIT_REGRESSION if failed_run else EXIT_NOT_COMPARABLE if require_baseline else EXIT_OK
+            EXIT_REGRESSION
+            if failed_run
+            else EXIT_NOT_COMPARABLE
+            if config.require_baseline
+            else EXIT_OK
         )
         consequence = (
             "this fails the step (a baseline is required here)"
-            if require_baseline
+            if config.require_baseline
             else "nothing was gated"
         )
         body = [run_note, f"**Perf gate skipped: {reason}**; {consequence}.", f"**{kept}.**"]
@@ -286,21 +319,26 @@ def _ci_step(
 
     base_dir = stored.results_dir if stored else None
     report = gate(
-        repo_root, baseline, head, factor=factor, machine=machine, base_results_dir=base_dir
+        repo_root,
+        baseline,
+        head,
+        factor=config.factor,
+        machine=machine,
+        base_results_dir=base_dir,
     )
     notes = [base_note, run_note]
     measured_here = found is not None and baseline == found[0] and len(outcomes) > 1
-    if measured_here and ab_pairs:
+    if measured_here and config.ab_pairs:
         # Not the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its
         # launch, not its run (the GPU runner is a dedicated machine: wall time is right there).
         gpu = re.compile(f"^{GROUPS['gpu']}")
         names = [n for n in ab_candidates(report) if not gpu.match(n)]
         if names:
-            ab = measure_ab(repo_root, baseline, names, pairs=ab_pairs, echo=echo)
+            ab = measure_ab(repo_root, baseline, names, pairs=config.ab_pairs, echo=echo)
             report = apply_ab(report, ab)
             notes.append(
-                f"Timing benchmarks judged on {ab_pairs} interleaved A/B pairs each (base and "
-                "head sampled alternately, milliseconds apart; docs/perf.md): "
+                f"Timing benchmarks judged on {config.ab_pairs} interleaved A/B pairs each (base "
+                "and head sampled alternately, milliseconds apart; docs/perf.md): "
                 f"{len(names)} benchmark(s)."
             )
     for outcome in outcomes:

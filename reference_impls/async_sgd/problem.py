@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from reference_impls.seeds import mix_seed
+
 __all__ = ["Problem", "ProblemConfig"]
 
 
@@ -93,8 +95,8 @@ class Problem:
     def batch_indices(self, worker: int, workers: int, step: int) -> torch.Tensor:
         """Indices of worker ``worker``'s ``step``-th minibatch (its shard, seeded draw)."""
         shard = torch.arange(worker % workers, self.config.samples, workers)
-        key = ((self.config.seed * 1_000_003 + worker) * 1_000_033 + step) % 2**62  # replayable
-        g = torch.Generator().manual_seed(key)
+        # Replayable: the draw depends on (seed, worker, step) only, in any process.
+        g = torch.Generator().manual_seed(mix_seed(self.config.seed, "batch", worker, step))
         pick = torch.randint(0, shard.numel(), (self.config.batch_size,), generator=g)
         return shard[pick]
 

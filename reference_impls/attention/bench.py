@@ -37,7 +37,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # "triton-det": this kernel's deterministic backward (two passes, no atomics); forward modes
 # skip it (the forward is the same kernel).
-PROVIDERS = ("triton", "triton-det", "flash", "cudnn", "efficient")
+# "fp8" / "fp8-quant": attention_fp8 (inference, e4m3 operands, bf16 output), timed on inputs
+# quantized beforehand (an fp8 KV cache) / with the quantization of q, k and v inside the timed
+# call; the "fwd" mode only (no autograd).
+PROVIDERS = ("triton", "triton-det", "flash", "cudnn", "efficient", "fp8", "fp8-quant")
+FP8_PROVIDERS = ("fp8", "fp8-quant")
 SDPA_BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -131,6 +135,8 @@ def step_fn(provider: str, case: Case, inputs) -> Callable[[], object]:
     """The timed callable for ``case.mode`` (see MODES). Grads are returned, not accumulated
     into .grad, so no extra add kernels are timed."""
     q, k, v, do = inputs
+    if provider in FP8_PROVIDERS:
+        return _fp8_step(provider, case, q, k, v)
     fn = attention_fn(provider)
     if case.mode == "fwd":
 
@@ -145,6 +151,21 @@ def step_fn(provider: str, case: Case, inputs) -> Callable[[], object]:
         out = fn(q, k, v, case.causal)  # once, untimed; its graph is kept for every call
         return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
     return lambda: torch.autograd.grad(fn(q, k, v, case.causal), (q, k, v), do)
+
+
+def _fp8_step(provider: str, case: Case, q, k, v) -> Callable[[], object]:
+    from reference_impls.attention import attention_fp8, quantize_fp8
+
+    if case.mode != "fwd":
+        raise RuntimeError(f"{provider} is a forward for inference: mode fwd only")
+    if provider == "fp8-quant":
+        return lambda: attention_fp8(q.detach(), k.detach(), v.detach(), causal=case.causal)
+    qq, kk, vv = (
+        quantize_fp8(q.detach()),
+        quantize_fp8(k.detach()),
+        quantize_fp8(v.detach(), transpose=True),
+    )
+    return lambda: attention_fp8(qq, kk, vv, causal=case.causal)
 
 
 def time_ms(
@@ -192,13 +213,14 @@ def cases(
 
 def tuned_configs() -> dict[str, dict[str, str]]:
     """The autotuner's pick per kernel and key (LEN_KEY, HEAD_DIM, CAUSAL, ..., dtypes)."""
-    from reference_impls.attention import kernel
+    from reference_impls.attention import fp8, kernel
 
     tuners = {
         "fwd": kernel._fwd,
         "bwd_dq": kernel._bwd_dq,
         "bwd_dkdv": kernel._bwd_dkdv,
         "bwd_fused": kernel._bwd_fused,
+        "fwd_fp8": fp8._fwd_fp8,
     }
     out: dict[str, dict[str, str]] = {}
     for name, tuner in tuners.items():
@@ -212,27 +234,34 @@ def tuned_configs() -> dict[str, dict[str, str]]:
 # --------------------------------------------------------------------------- precompiling
 
 
-def _warm(d: int, causal: bool, dtype_name: str) -> str:
-    """Compile every autotuning config of the three kernels for (d, causal, dtype) into
-    Triton's on-disk cache by autotuning on a small problem with the same specialization
-    (lengths divisible by 16)."""
-    from reference_impls.attention import attention
+def _warm(d: int, causal: bool, dtype_name: str, bf16: bool = True, fp8: bool = True) -> str:
+    """Compile every autotuning config of the kernels for (d, causal, dtype) into Triton's
+    on-disk cache by autotuning on a small problem with the same specialization (lengths
+    divisible by 16): ``bf16`` the forward and both backwards, ``fp8`` the fp8 forward."""
+    from reference_impls.attention import attention, attention_fp8
 
     dtype = getattr(torch, dtype_name)
     q, k, v = (
         torch.randn(1, 1, 256, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)
     )
-    for deterministic in (False, True):  # the one-pass and the two-pass backward
+    for deterministic in (False, True) if bf16 else ():  # the one-pass and two-pass backward
         out = attention(q, k, v, causal=causal, deterministic=deterministic)
         out.backward(torch.randn_like(out))
+    if fp8:  # (the fp8 kernel's specialization does not depend on the input dtype)
+        attention_fp8(q, k, v, causal=causal)
     torch.cuda.synchronize()
     return f"d={d} causal={causal} {dtype_name}"
 
 
 def precompile(
-    dims: Sequence[int], causals: Sequence[bool], dtypes: Sequence[str], jobs: int
+    dims: Sequence[int],
+    causals: Sequence[bool],
+    dtypes: Sequence[str],
+    jobs: int,
+    bf16: bool = True,
+    fp8: bool = True,
 ) -> None:
-    todo = [(d, c, t) for d in dims for c in causals for t in dtypes]
+    todo = [(d, c, t, bf16, fp8) for d in dims for c in causals for t in dtypes]
     if jobs <= 1:
         for args in todo:
             _warm(*args)
@@ -262,6 +291,8 @@ def markdown_table(results: Sequence[Result]) -> str:
         head += ["triton / flash"]
     if "triton" in providers and "cudnn" in providers:
         head += ["triton / cuDNN"]
+    if "fp8" in providers and "cudnn" in providers:
+        head += ["fp8 / cuDNN"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case, row in by_case.items():
         cells = [
@@ -279,6 +310,10 @@ def markdown_table(results: Sequence[Result]) -> str:
                 t, o = row.get("triton"), row.get(other)
                 ratio = t.tflops / o.tflops if t and o and t.tflops and o.tflops else None
                 cells.append(_fmt(ratio, ".2f"))
+        if "fp8 / cuDNN" in head:
+            t, o = row.get("fp8"), row.get("cudnn")
+            ratio = t.tflops / o.tflops if t and o and t.tflops and o.tflops else None
+            cells.append(_fmt(ratio, ".2f"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -345,14 +380,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     env = environment()
     print("# " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
-    if {"triton", "triton-det"} & set(providers):
-        precompile(dims, causals, [str(t).removeprefix("torch.") for t in dtypes], args.jobs)
+    bf16, fp8 = (
+        bool({"triton", "triton-det"} & set(providers)),
+        bool(set(FP8_PROVIDERS) & set(providers) and "fwd" in modes),
+    )
+    if bf16 or fp8:
+        names = [str(t).removeprefix("torch.") for t in dtypes]
+        precompile(dims, causals, names, args.jobs, bf16=bf16, fp8=fp8)
     results = []
     for case in cases(dims, lengths, causals, modes, dtypes):
         inputs = make_inputs(case)
         for provider in providers:
             if provider == "triton-det" and case.mode.startswith("fwd") and case.mode != "fwd+bwd":
                 continue  # the same forward kernel as "triton"
+            if provider in FP8_PROVIDERS and case.mode != "fwd":
+                continue  # inference only
             r = measure(case, provider, inputs)
             results.append(r)
             note = (
@@ -370,18 +412,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.cuda.empty_cache()
     print()
     print(markdown_table(results))
-    for other in ("flash", "cudnn"):
+    for ours, other in (("triton", "flash"), ("triton", "cudnn"), ("fp8", "cudnn")):
         for mode in modes:
             ratios = [
                 t.tflops / f.tflops
                 for t in results
-                if t.provider == "triton" and t.tflops and t.case.mode == mode
+                if t.provider == ours and t.tflops and t.case.mode == mode
                 for f in results
                 if f.provider == other and f.case == t.case and f.tflops
             ]
             if ratios:
                 print(
-                    f"triton / {other} {mode}: min {min(ratios):.2f}, "
+                    f"{ours} / {other} {mode}: min {min(ratios):.2f}, "
                     f"median {statistics.median(ratios):.2f}, max {max(ratios):.2f} "
                     f"over {len(ratios)} rows"
                 )

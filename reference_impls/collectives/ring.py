@@ -40,6 +40,9 @@ host below ~256 MiB. ``check_metadata=False`` removes it where every rank is kno
 :class:`RingGraph` checks once and then replays without it. A peer that died or hung turns
 into :class:`RingPeerError` after the timeout (``RingConfig.timeout_s``, else the process
 group's own) instead of a hang.
+
+Just over 500 lines: the entry point, the agreement check and the CUDA-graph replay all drive
+the one ring algorithm at the bottom and share its piece geometry.
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ from .errors import (
 )
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo, build_manifest
 from .metrics import Metrics, ProgressDisplay
-from .sources import LocalSource, S3Config, S3Source, open_source
+from .s3 import S3Config, S3Source
+from .sources import LocalSource, open_source
 from .stream import RetryConfig
 from .tario import iter_samples
 from .writer import ShardWriter, WriterConfig

@@ -53,8 +53,8 @@ import numpy as np
 
 from .cache import ShardCache, _map
 from .manifest import Manifest
+from .s3 import S3Config, S3Source
 from .seaweedfs import SeaweedServer
-from .sources import S3Config, S3Source
 from .tario import iter_samples, sample_bytes
 from .writer import ShardWriter, WriterConfig
 

@@ -31,6 +31,9 @@ worker starts over when iterated again. Resuming needs the same seed, world size
 rank, shuffle settings and number of DataLoader workers; anything else is an error saying
 which. Use ``persistent_workers=False`` (the default) so each epoch's workers see
 ``set_epoch`` and the loaded state.
+
+Just over 500 lines: one class and its validated config; the plan (assignment.py), the streaming
+and its retries (stream.py) live beside it.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ from .cache import ShardCache
 from .errors import ManifestMismatchError
 from .manifest import Manifest
 from .metrics import Metrics, ProgressDisplay
-from .sources import LocalSource, S3Config, open_source, require_finite_fields
+from .s3 import S3Config
+from .sources import LocalSource, open_source, require_finite_fields
 from .stream import RetryConfig, ShardFetch, call_with_retries
 from .tario import iter_samples
 

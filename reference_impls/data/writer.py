@@ -23,7 +23,8 @@ import re
 from typing import Any
 
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo
-from .sources import S3Config, ShardSink, Source, open_source
+from .s3 import S3Config
+from .sources import ShardSink, Source, open_source
 from .tario import END_OF_ARCHIVE, sample_bytes, split_key
 
 __all__ = ["ShardWriter", "WriterConfig"]

@@ -22,6 +22,10 @@ and when every rank agrees on everything recorded, at the frontier:
     each rank's wait.
 
 Pure functions of the dumps: the online reporter and the offline CLI share them.
+
+Over 500 lines, one algorithm: each finding kind is one step of the same walk over the merged
+groups (first divergence, dead ranks, unmatched P2P, stuck), and the report's text is formatted
+from the findings at the end.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ functions: :func:`register_ddp_hook` records them through a comm hook.
 
 Only calls looked up through the module at call time are seen: a name bound before
 :func:`install` (``from torch.distributed import all_reduce``) keeps the original.
+
+Over 500 lines, one concern: the :class:`Tracer`'s recording and completion logic and the
+wrappers that feed it; what each op's arguments mean is in opargs.py.
 """
 
 from __future__ import annotations
@@ -47,6 +50,16 @@ from torch._C._distributed_c10d import Store
 
 from reference_impls import atomic
 from reference_impls.distributed_debug.config import TraceConfig, TracerError
+from reference_impls.distributed_debug.opargs import (
+    CANONICAL,
+    EXTRACT,
+    P2P,
+    TRACED_OPS,
+    by_name,
+    dtype_name,
+    global_rank,
+    tensors,
+)
 from reference_impls.distributed_debug.records import CallSite, RankDump, RankState, Record
 
 __all__ = [
@@ -62,27 +75,9 @@ __all__ = [
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Files of this package that are plumbing, not user code (the demo's scenarios are user code).
-_OWN_FILES = {os.path.join(_OWN_DIR, f) for f in ("tracer.py", "watchdog.py", "guards.py")}
-
-_COLLECTIVES = (
-    "all_reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_single",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "reduce_scatter_single",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "all_to_all",
-    "all_to_all_single",
-    "barrier",
-)
-_P2P = ("send", "recv", "isend", "irecv")
-TRACED_OPS = (*_COLLECTIVES, *_P2P, "batch_isend_irecv")
-"""The ``torch.distributed`` functions the tracer wraps (those this torch has)."""
+_OWN_FILES = {
+    os.path.join(_OWN_DIR, f) for f in ("tracer.py", "opargs.py", "watchdog.py", "guards.py")
+}
 
 _ACTIVE: Tracer | None = None
 _LOCAL = threading.local()  # .busy: a traced call is running on this thread
@@ -94,109 +89,6 @@ _INSTALL_LOCK = threading.Lock()
 def active_tracer() -> Tracer | None:
     """The tracer recording now in this process, if any."""
     return _ACTIVE
-
-
-# --- what to record for each op --------------------------------------------------------------
-
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def _dtype(t: torch.Tensor) -> str:
-    name = _DTYPE_NAMES.get(t.dtype)
-    if name is None:
-        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
-    return name
-
-
-def _tensors(*ts: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
-    shapes, dtypes = [], []
-    for t in ts:
-        if isinstance(t, torch.Tensor):
-            shapes.append(tuple(t.shape))
-            dtypes.append(_dtype(t))
-    return tuple(shapes), tuple(dtypes)
-
-
-def _redop(op: Any) -> str:
-    if op is None:
-        return "sum"
-    name = getattr(op, "name", None)  # RedOpType.SUM.name == "SUM"
-    return str(name).lower() if name else str(op).rsplit(".", 1)[-1].lower()
-
-
-# Each extractor maps the call's bound arguments to (shapes, dtypes, reduce_op, root key).
-# Shapes are those every rank must agree on: a root's list arguments legitimately differ from
-# the others' (None there), so they are left out.
-_Extract = Callable[[dict[str, Any]], tuple[Any, Any, str | None, str | None]]
-
-
-def _ex_tensor(root: str | None, reduce: bool) -> _Extract:
-    def ex(a: dict[str, Any]) -> tuple[Any, Any, str | None, str | None]:
-        shapes, dtypes = _tensors(a.get("tensor"))
-        return shapes, dtypes, _redop(a.get("op")) if reduce else None, root
-
-    return ex
-
-
-def _ex_pair(out: str, inp: str, reduce: bool) -> _Extract:
-    def ex(a: dict[str, Any]) -> tuple[Any, Any, str | None, str | None]:
-        shapes, dtypes = _tensors(a.get(inp), a.get(out))
-        return shapes, dtypes, _redop(a.get("op")) if reduce else None, None
-
-    return ex
-
-
-def _ex_all_gather(a: dict[str, Any]) -> tuple[Any, Any, str | None, str | None]:
-    shapes, dtypes = _tensors(a.get("tensor"))
-    return shapes, dtypes, None, None
-
-
-def _ex_reduce_scatter(a: dict[str, Any]) -> tuple[Any, Any, str | None, str | None]:
-    shapes, dtypes = _tensors(a.get("output"))
-    return shapes, dtypes, _redop(a.get("op")), None
-
-
-def _ex_all_to_all(a: dict[str, Any]) -> tuple[Any, Any, str | None, str | None]:
-    inputs = a.get("input_tensor_list") or []
-    # Per-peer sizes may legitimately differ: only the dtype and the list length must agree.
-    dtypes = tuple(sorted({_dtype(t) for t in inputs}))
-    return ((len(inputs),),), dtypes, None, None
-
-
-def _ex_all_to_all_single(a: dict[str, Any]) -> tuple[Any, Any, str | None, str | None]:
-    if a.get("output_split_sizes") is None and a.get("input_split_sizes") is None:
-        shapes, dtypes = _tensors(a.get("input"), a.get("output"))
-        return shapes, dtypes, None, None
-    _, dtypes = _tensors(a.get("input"))
-    return (), dtypes, None, None
-
-
-def _ex_none(a: dict[str, Any]) -> tuple[Any, Any, str | None, str | None]:
-    return (), (), None, None
-
-
-_EXTRACT: dict[str, _Extract] = {
-    "all_reduce": _ex_tensor(None, reduce=True),
-    "broadcast": _ex_tensor("src", reduce=False),
-    "reduce": _ex_tensor("dst", reduce=True),
-    "gather": _ex_tensor("dst", reduce=False),
-    "scatter": _ex_tensor("src", reduce=False),
-    "all_gather": _ex_all_gather,
-    "all_gather_into_tensor": _ex_pair("output_tensor", "input_tensor", reduce=False),
-    "all_gather_single": _ex_pair("output_tensor", "input_tensor", reduce=False),
-    "reduce_scatter": _ex_reduce_scatter,
-    "reduce_scatter_tensor": _ex_pair("output", "input", reduce=True),
-    "reduce_scatter_single": _ex_pair("output", "input", reduce=True),
-    "all_to_all": _ex_all_to_all,
-    "all_to_all_single": _ex_all_to_all_single,
-    "barrier": _ex_none,
-}
-# Same collective under its deprecated and new names: one name in records, so ranks that use
-# different spellings still line up.
-_CANONICAL = {
-    "all_gather_single": "all_gather_into_tensor",
-    "reduce_scatter_single": "reduce_scatter_tensor",
-}
 
 
 class _GroupInfo:
@@ -325,6 +217,14 @@ class Tracer:
         rec.work = None
         self.watchdog.on_error(rec)
 
+    def _bind(
+        self, names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], _GroupInfo | None]:
+        """The prologue of a traced collective or point-to-point call: its arguments by name
+        and the traced group it runs on (None: not a member, or filtered out: call through)."""
+        a = by_name(names, args, kwargs)
+        return a, self._info(a.get("group"))
+
     def _collective(
         self,
         name: str,
@@ -333,23 +233,16 @@ class Tracer:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
-        a.update(kwargs)
-        info = self._info(a.get("group"))
+        a, info = self._bind(names, args, kwargs)
         if info is None:
             return orig(*args, **kwargs)
-        shapes, dtypes, reduce_op, root_key = _EXTRACT[name](a)
-        root = None
-        if root_key is not None:
-            root = a.get(root_key)
-            group_root = a.get("group_" + root_key)
-            if root is None and group_root is not None:
-                root = info.ranks[group_root]
+        shapes, dtypes, reduce_op, root_key = EXTRACT[name](a)
+        root = None if root_key is None else global_rank(a, info.ranks, root_key)
         seq = self._seq.get(info.name, 0)
         self._seq[info.name] = seq + 1
         rec = Record(
             seq=seq,
-            op=_CANONICAL.get(name, name),
+            op=CANONICAL.get(name, name),
             group=info.name,
             shapes=shapes,
             dtypes=dtypes,
@@ -398,7 +291,7 @@ class Tracer:
         key = (info.name, -1 if peer is None else peer, direction, tag)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
-        shapes, dtypes = _tensors(tensor)
+        shapes, dtypes = tensors(tensor)
         return Record(
             seq=seq,
             op=op,
@@ -421,15 +314,10 @@ class Tracer:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
-        a.update(kwargs)
-        info = self._info(a.get("group"))
+        a, info = self._bind(names, args, kwargs)
         if info is None:
             return orig(*args, **kwargs)
-        key = "dst" if name in ("send", "isend") else "src"
-        peer = a.get(key)
-        if peer is None and a.get("group_" + key) is not None:
-            peer = info.ranks[a["group_" + key]]
+        peer = global_rank(a, info.ranks, "dst" if name in ("send", "isend") else "src")
         rec = self._p2p_record(
             name, info, peer, a.get("tensor"), int(a.get("tag") or 0), self.callsite(3)
         )
@@ -455,8 +343,7 @@ class Tracer:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        a = dict(zip(names, args, strict=False))  # args may stop before the defaults
-        a.update(kwargs)
+        a = by_name(names, args, kwargs)
         ops = a.get("p2p_op_list")
         if not isinstance(ops, list) or not ops:
             return orig(*args, **kwargs)  # torch raises its own error
@@ -634,7 +521,7 @@ def _make_wrapper(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
 
         def call(tracer: Tracer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return tracer._batch(orig, names, args, kwargs)
-    elif name in _P2P:
+    elif name in P2P:
 
         def call(tracer: Tracer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return tracer._p2p(name, orig, names, args, kwargs)
@@ -747,7 +634,12 @@ def register_ddp_hook(model: torch.nn.parallel.DistributedDataParallel) -> None:
         if site[0] == "<unknown>":
             site = ("DDP", bucket.index(), "gradient bucket")
         rec = tracer.record_external(
-            "ddp_bucket_all_reduce", group, (tuple(buffer.shape),), (_dtype(buffer),), "sum", site
+            "ddp_bucket_all_reduce",
+            group,
+            (tuple(buffer.shape),),
+            (dtype_name(buffer),),
+            "sum",
+            site,
         )
         _LOCAL.busy = True
         try:

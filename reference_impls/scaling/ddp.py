@@ -44,6 +44,10 @@ Results: ``DIR/scaling.json`` (every number, every rank's medians) and a Markdow
 off (``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1`` are
 set for every process this starts; ``OMP_NUM_THREADS`` is 1 unless set, as torchrun sets it for
 N > 1). Nothing here imports pytest or ``harness``.
+
+One module of ~730 lines on purpose: the driver launches this same module (``--worker``, under
+torchrun above 1 GPU), so the driver, the worker and the argument parser they share stay
+together.
 """
 
 from __future__ import annotations

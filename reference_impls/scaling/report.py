@@ -24,7 +24,7 @@ _COLORS = {
 
 
 def write_report(report: dict[str, Any], out: Path) -> list[Path]:
-    from reference_impls.scaling.investigate import dump_json
+    from reference_impls.scaling.analysis import dump_json
 
     dump_json(report, out / "scaling.json")
     files = [out / "scaling.json"]

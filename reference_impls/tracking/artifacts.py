@@ -2,14 +2,17 @@
 
 Two backends with one interface:
 
-``LocalArtifactStore(root)``   ``root/objects/ab/abcdef...`` on a local filesystem. A put of
-    a file lets the kernel copy it to ``root/tmp/<random>.part`` (``copy_file_range``: no
-    bytes pass through Python) on a second thread while this thread hashes the same file
-    (hashlib releases the GIL, so the two overlap on two cores); a file that changes meanwhile
-    (size or mtime) is refused. A put of a stream hashes each chunk while a second thread
-    writes the previous one. Either way the temporary file is fsynced and renamed into place,
-    so an object either is complete under its name or is not there at all. If the object
-    already exists the temporary file is dropped (deduplication).
+``LocalArtifactStore(root)``   ``root/objects/ab/abcdef...`` on a local filesystem. A put
+    reads the source once, in 4 MiB chunks, into a few reused buffers; each chunk is hashed
+    on one thread and written to ``root/tmp/<random>.part`` on another from the same buffer
+    (hashlib and the write release the GIL, so reading, hashing and writing overlap), so the
+    bytes stored are exactly the bytes hashed. Writes use direct I/O where the filesystem
+    allows it (``O_DIRECT``: the disk works while the CPU hashes, no page-cache copy, and the
+    final fsync has little left to do); elsewhere ordinary writes. A file that changes
+    meanwhile (size or mtime) is refused. The temporary file is fsynced once and renamed into
+    place, so an object either is complete under its name or is not there at all. If the
+    object already exists the temporary file is dropped (deduplication). Speed against a
+    plain copy: docs/benchmarks/tracking.md.
 ``S3ArtifactStore(bucket, ...)``  ``s3://bucket/prefix/objects/ab/abcdef...`` through boto3.
     The source is hashed first (a local read is ~20x faster than an upload here), an existing
     object is not uploaded again, a new one goes through boto3's managed transfer (multipart
@@ -21,16 +24,24 @@ to ``dest`` only if their sha256 and size match the reference; otherwise Artifac
 Orphans (objects no reference names) and partial uploads (``tmp/*.part`` files, incomplete
 multipart uploads) are listed by :meth:`list_objects` / :meth:`cleanup_partials` and removed
 by collection (retention.py), which decides what is referenced.
+
+Over 500 lines, one concern: bytes in and out of a content-addressed store. The two backends
+share one interface and one verification of downloads, and the local put's read-once
+pipeline (hash and write from the same buffers) lives next to the store that relies on it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import errno
+import fcntl
 import hashlib
+import mmap
 import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -51,6 +62,10 @@ __all__ = [
 ]
 
 CHUNK = 4 * 1024 * 1024  # bytes per read: large enough that per-call overhead vanishes
+SLOTS = 4  # buffers in flight per put: reading runs ahead of hashing and writing
+WRITERS = 2  # direct writes in flight: each waits for the disk, two keep it busier
+DIRECT_ALIGN = 4096  # O_DIRECT wants buffer, offset and length aligned to the block size
+O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere ordinary writes
 SHA_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -128,6 +143,131 @@ def _verify_stream(chunks: Iterator[bytes], dest: Path, sha256: str, size: int, 
         part.unlink(missing_ok=True)
 
 
+def _copy_hashing(src: BinaryIO, fd: int, progress: Callable[[int], Any] | None) -> tuple[str, int]:
+    """Copy ``src`` to the file open at ``fd`` (from offset 0) and hash it, in one read pass:
+    (sha256 hex digest, bytes). See the module docstring.
+
+    The main thread reads chunk k into buffer k % SLOTS and hands it to a hashing thread (one:
+    chunks are hashed in order) and to WRITERS writing threads (each chunk written with
+    pwrite at its offset); a buffer is read into again only once both are done with it, and
+    ``progress(n)`` runs then, for bytes that are written. A direct write of the last, short
+    chunk is padded to the block size and the file cut back to its length afterwards; a
+    filesystem that refuses a direct write gets ordinary writes from then on.
+    """
+    h = hashlib.sha256()
+    direct = bool(O_DIRECT) and bool(fcntl.fcntl(fd, fcntl.F_GETFL) & O_DIRECT)
+
+    def write(view: memoryview, offset: int, n: int) -> None:
+        nonlocal direct
+        if direct:
+            padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
+            if padded != n:
+                view[n:padded] = bytes(padded - n)  # beyond the data: cut off below
+            try:
+                _pwrite_all(fd, view[:padded], offset)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # The filesystem refused this direct write: ordinary writes from here on (two
+                # writers may both get here; clearing the flag twice is harmless).
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~O_DIRECT)
+                direct = False
+        _pwrite_all(fd, view[:n], offset)
+
+    bufs = _take_buffers()
+    hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-hash")
+    writer = concurrent.futures.ThreadPoolExecutor(WRITERS, thread_name_prefix="artifact-write")
+    inflight: list[tuple[concurrent.futures.Future[Any], concurrent.futures.Future[Any], int]] = []
+    size = 0
+    view = memoryview(b"")
+    try:
+        k = 0
+        while True:
+            if len(inflight) == SLOTS:
+                hashed, written, n = inflight.pop(0)
+                hashed.result()
+                written.result()
+                if progress is not None:
+                    progress(n)
+            view = memoryview(bufs[k % SLOTS])
+            n = _read_full(src, view)
+            if not n:
+                break
+            inflight.append(
+                (hasher.submit(h.update, view[:n]), writer.submit(write, view, size, n), n)
+            )
+            size += n
+            k += 1
+        for hashed, written, n in inflight:
+            hashed.result()
+            written.result()
+            if progress is not None:
+                progress(n)
+        inflight.clear()
+        if os.fstat(fd).st_size != size:  # a padded direct write went past the end
+            os.ftruncate(fd, size)
+    finally:
+        # On an error, let the threads finish with the buffers before they are dropped (the
+        # mappings are freed with their last reference).
+        hasher.shutdown(wait=True)
+        writer.shutdown(wait=True)
+        del view
+        _give_buffers(bufs)
+    return h.hexdigest(), size
+
+
+_FREE_BUFFERS: list[list[mmap.mmap]] = []  # sets of SLOTS buffers between puts
+_FREE_LOCK = threading.Lock()
+_MAX_FREE_SETS = 2
+
+
+def _take_buffers() -> list[mmap.mmap]:
+    """SLOTS reused buffers: a fresh mapping costs a page fault per 4 KiB on first touch.
+    mmap'd buffers are page-aligned, as direct I/O needs; CHUNK is a multiple of the block."""
+    with _FREE_LOCK:
+        if _FREE_BUFFERS:
+            return _FREE_BUFFERS.pop()
+    return [mmap.mmap(-1, CHUNK) for _ in range(SLOTS)]
+
+
+def _give_buffers(bufs: list[mmap.mmap]) -> None:
+    with _FREE_LOCK:
+        if len(_FREE_BUFFERS) < _MAX_FREE_SETS:
+            _FREE_BUFFERS.append(bufs)
+
+
+def _read_full(src: BinaryIO, view: memoryview) -> int:
+    """Fill ``view`` from ``src`` (a stream may return less per call); less only at the end.
+    Full chunks keep every write's offset aligned for direct I/O."""
+    got = 0
+    while got < len(view):
+        n = src.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            break
+        got += n
+    return got
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+def _open_part(path: Path) -> int:
+    """A new temporary file for writing, with direct I/O where the filesystem allows it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    if O_DIRECT:
+        try:
+            return os.open(path, flags | O_DIRECT, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # EINVAL: this filesystem has no direct I/O
+                raise
+    return os.open(path, flags, 0o644)
+
+
 class LocalArtifactStore:
     """Objects on a local filesystem (see the module docstring)."""
 
@@ -138,7 +278,6 @@ class LocalArtifactStore:
         self.objects.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
-        self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="artifact-write")
 
     def path(self, sha256: str) -> Path:
         check_sha(sha256)
@@ -160,22 +299,11 @@ class LocalArtifactStore:
         """Store a file; ``before_commit(sha256)`` runs once the hash is known and before the
         object becomes visible or is found to exist (the tracker records its upload intent);
         ``progress(n)`` after every n bytes written."""
-        before = os.stat(path)
-        part = self.tmp / f"{uuid.uuid4().hex}.part"
-        try:
-            # The kernel copies (copy_file_range: no bytes through Python) while this thread
-            # hashes the same file from the page cache; the two overlap on two cores.
-            copy = self._pool.submit(shutil.copyfile, path, part)
-            digest, size = sha256_file(path, progress)
-            copy.result()
-            after = os.stat(path)
-            if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or (
-                part.stat().st_size != size
-            ):
-                raise ArtifactError(f"{path} changed while it was being stored; log it again")
-            return self._commit(part, digest, size, before_commit)
-        finally:
-            part.unlink(missing_ok=True)
+        with open(path, "rb", buffering=0) as src:
+            before = os.fstat(src.fileno())
+            return self._put(
+                src, before_commit, progress, lambda size: self._unchanged(path, before, size)
+            )
 
     def put_stream(
         self,
@@ -184,45 +312,44 @@ class LocalArtifactStore:
         before_commit: Callable[[str], Any] | None = None,
         progress: Callable[[int], Any] | None = None,
     ) -> tuple[str, int, bool]:
+        """Store what ``src`` reads until its end (see :meth:`put_file`)."""
+        return self._put(src, before_commit, progress, None)
+
+    @staticmethod
+    def _unchanged(path: str | os.PathLike[str], before: os.stat_result, size: int) -> None:
+        after = os.stat(path)
+        if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or (
+            size != before.st_size
+        ):
+            raise ArtifactError(f"{path} changed while it was being stored; log it again")
+
+    def _put(
+        self,
+        src: BinaryIO,
+        before_commit: Callable[[str], Any] | None,
+        progress: Callable[[int], Any] | None,
+        check: Callable[[int], None] | None,
+    ) -> tuple[str, int, bool]:
         part = self.tmp / f"{uuid.uuid4().hex}.part"
-        h = hashlib.sha256()
-        size = 0
         try:
-            with open(part, "wb", buffering=0) as out:
-                # Two buffers: one being written by the pool thread, one being read and hashed.
-                bufs = [bytearray(CHUNK), bytearray(CHUNK)]
-                pending: concurrent.futures.Future[Any] | None = None
-                i = 0
-                while True:
-                    buf = bufs[i % 2]
-                    n = src.readinto(buf)  # type: ignore[attr-defined]
-                    if not n:
-                        break
-                    view = memoryview(buf)[:n]
-                    h.update(view)
-                    if pending is not None:
-                        pending.result()
-                    pending = self._pool.submit(out.write, view)
-                    size += n
-                    i += 1
-                    if progress is not None:
-                        progress(n)
-                if pending is not None:
-                    pending.result()
-            return self._commit(part, h.hexdigest(), size, before_commit)
+            fd = _open_part(part)
+            try:
+                digest, size = _copy_hashing(src, fd, progress)
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            if check is not None:
+                check(size)
+            return self._commit(part, digest, size, before_commit)
         finally:
             part.unlink(missing_ok=True)
 
     def _commit(
         self, part: Path, sha: str, size: int, before_commit: Callable[[str], Any] | None
     ) -> tuple[str, int, bool]:
-        """Publish a complete temporary file under its hash (or drop it: a duplicate)."""
-        if self.fsync:
-            fd = os.open(part, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        """Publish a complete, synced temporary file under its hash (or drop it: a
+        duplicate)."""
         if before_commit is not None:
             before_commit(sha)
         final = self.path(sha)

@@ -85,8 +85,12 @@ class EmbeddedBackend:
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         self.meta.set_tags(run_id, tags)
 
-    def end_run(self, run_id: str, status: RunStatus | str) -> None:
-        self.meta.end_run(run_id, status)
+    def end_run(
+        self, run_id: str, status: RunStatus | str, points: Sequence[MetricPoint] = ()
+    ) -> None:
+        """End the run; ``points`` (its last buffered metrics) are written in the same
+        transaction."""
+        self.meta.end_run(run_id, status, points)
 
     def get_run(self, run_id: str) -> RunInfo:
         return self.meta.get_run(run_id)

@@ -4,8 +4,8 @@
     python -m reference_impls.tracking.bench --quick --no-postgres --no-s3   # a smoke run
 
 MLflow is never a dependency of this project: it is measured in its own interpreter
-(``--mlflow-python``, a throwaway venv with ``pip install mlflow``) by a script this module
-passes on the command line, on the same workloads, in the same run, one after the other:
+(``--mlflow-python``, a throwaway venv with ``pip install mlflow``) by the script in
+bench_mlflow.py, on the same workloads, in the same run, one after the other:
 
 * **metric logging**: 100,000 points (10 keys x 10,000 steps) into one run; ours through
   ``run.log_metrics`` (buffered, flushed in batches by the background writer, timed until
@@ -32,7 +32,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from reference_impls.tracking.bench_mlflow import measure_mlflow
 
 SEED = 20261201
 TARGET_P50_MS = 50.0
@@ -190,18 +191,31 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+def _cpu_timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process, all threads)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
+    """``run.log_artifact`` (hash + store + fsync + the reference committed) of a file in the
+    page cache, against ``shutil.copyfile`` + fsync of the same file; alternating, so both
+    see the same conditions. Ratio: median over repeats of copy time / our time."""
     from reference_impls.tracking.client import Tracker
 
     src = workdir / "artifact.bin"
     _random_file(src, size_mb)
     ours, copy = [], []
+    ours_cpu, copy_cpu = [], []
     stored = 0
     for r in range(repeats):
         tracker = Tracker(workdir / f"a{r}.db", workdir / f"art{r}")
         runs = [tracker.start_run("bench-art") for _ in range(3)]
         first = runs[0]
-        ours.append(_timed(lambda: first.log_artifact(src, "w.bin")))  # noqa: B023 - called now
+        wall, cpu = _cpu_timed(lambda: first.log_artifact(src, "w.bin"))  # noqa: B023 - now
+        ours.append(wall)
+        ours_cpu.append(cpu)
         for run in runs[1:]:
             run.log_artifact(src, "w.bin")  # the same bytes again: stored once
         for run in runs:
@@ -216,7 +230,9 @@ def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]
             with open(dest, "rb+") as f:  # the store syncs its objects; so does the baseline
                 os.fsync(f.fileno())
 
-        copy.append(_timed(plain))
+        wall, cpu = _cpu_timed(plain)
+        copy.append(wall)
+        copy_cpu.append(cpu)
         tracker.close()
         shutil.rmtree(workdir / f"art{r}")
         dest.unlink()
@@ -225,6 +241,9 @@ def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]
         "ours_MBps": mb / statistics.median(ours),
         "copy_MBps": mb / statistics.median(copy),
         "ratio": statistics.median(c / o for o, c in zip(ours, copy, strict=True)),
+        "ours_cpu_ms": statistics.median(ours_cpu) * 1000,
+        "copy_cpu_ms": statistics.median(copy_cpu) * 1000,
+        "repeats": repeats,
         "stored_bytes_for_3_runs": stored,
         "file_bytes": src.stat().st_size,
     }
@@ -299,177 +318,6 @@ def measure_ours(
     return out
 
 
-# ----------------------------------------------------------------------------- MLflow
-MLFLOW_SCRIPT = r"""
-import json, os, shutil, sqlite3, statistics, sys, time, uuid
-import numpy as np
-cfg = json.loads(sys.argv[1])
-work = cfg["workdir"]
-os.environ["MLFLOW_TRACKING_URI"] = "sqlite:///" + os.path.join(work, "mlflow.db")
-import mlflow
-from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
-mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
-client = MlflowClient()
-def exp(name):
-    e = client.get_experiment_by_name(name)
-    if e:
-        return e.experiment_id
-    where = os.path.join(work, "mlartifacts", name)
-    return client.create_experiment(name, artifact_location=where)
-out = {"mlflow_version": mlflow.__version__}
-# metric logging: log_batch of 1,000 metrics per call
-keys = 10
-steps = cfg["points"] // keys
-rates = []
-cpu_rates = []
-for _ in range(cfg["repeats"]):
-    run = client.create_run(exp("log"))
-    rid = run.info.run_id
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    batch = []
-    for step in range(steps):
-        ts = int(time.time() * 1000)
-        for k in range(keys):
-            batch.append(Metric(f"m{k}", step * 0.001, ts, step))
-        if len(batch) >= 1000:
-            client.log_batch(rid, metrics=batch)
-            batch = []
-    if batch:
-        client.log_batch(rid, metrics=batch)
-    rates.append(steps * keys / (time.perf_counter() - t0))
-    cpu_rates.append(steps * keys / (time.process_time() - c0))
-    client.set_terminated(rid)
-out["log_points_per_s"] = statistics.median(rates)
-out["log_points_per_cpu_s"] = statistics.median(cpu_rates)
-# one log_metric call
-run = client.create_run(exp("log"))
-t0 = time.perf_counter()
-for s in range(50):
-    client.log_metric(run.info.run_id, "x", 1.0, step=s)
-out["one_log_metric_ms"] = (time.perf_counter() - t0) / 50 * 1000
-# run creation: 20 params, 5 metrics, ended
-rates = []
-cpu_rates = []
-params = {f"p{i}": (i * 0.5 if i % 2 else f"v{i}") for i in range(20)}
-for _ in range(cfg["repeats"]):
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    create_exp = exp("create")
-    for _ in range(cfg["runs"]):
-        with mlflow.start_run(experiment_id=create_exp):
-            mlflow.log_params(params)
-            mlflow.log_metrics({f"m{i}": float(i) for i in range(5)}, step=0)
-    rates.append(cfg["runs"] / (time.perf_counter() - t0))
-    cpu_rates.append(cfg["runs"] / (time.process_time() - c0))
-out["runs_per_s"] = statistics.median(rates)
-out["runs_per_cpu_s"] = statistics.median(cpu_rates)
-# search: clone one template run's rows n times with the same data the tracker gets
-eid = exp("search")
-tmpl = client.create_run(eid)
-tid = tmpl.info.run_id
-client.log_batch(
-    tid,
-    metrics=[Metric("val_acc", 0.5, 0, 100), Metric("loss", 0.5, 0, 100)],
-    params=[Param("lr", "0.001"), Param("layers", "1"), Param("batch", "32"),
-            Param("opt", "adam"), Param("data", "mnist")],
-)
-client.set_tag(tid, "team", "nlp")
-client.set_terminated(tid)
-db = sqlite3.connect(os.path.join(work, "mlflow.db"))
-def rows(table, col="run_uuid"):
-    cur = db.execute(f"SELECT * FROM {table} WHERE {col} = ?", (tid,))
-    return [d[0] for d in cur.description], cur.fetchall()
-rng = np.random.default_rng(cfg["seed"])
-n = cfg["search_n"]
-t0 = time.perf_counter()
-for start in range(0, n, 20000):
-    m = min(20000, n - start)
-    ids = [uuid.UUID(int=int(x)).hex for x in rng.integers(0, 2**62, m)]
-    created = time.time() - rng.uniform(0, 90 * 86400, m)
-    acc = rng.random(m); loss = rng.random(m); lr = 10 ** rng.uniform(-5, -1, m)
-    for table in ("runs", "params", "metrics", "latest_metrics", "tags"):
-        cols, template = rows(table)
-        new = []
-        for j, i in enumerate(ids):
-            for r in template:
-                d = dict(zip(cols, r))
-                d["run_uuid"] = i
-                if table == "runs":
-                    d["name"] = i[:8]
-                    d["start_time"] = int(created[j] * 1000)
-                    d["end_time"] = d["start_time"] + 60000
-                    if "artifact_uri" in d:
-                        d["artifact_uri"] = d["artifact_uri"].replace(tid, i)
-                if table in ("metrics", "latest_metrics"):
-                    d["value"] = float(acc[j] if d["key"] == "val_acc" else loss[j])
-                if table == "params" and d["key"] == "lr":
-                    d["value"] = repr(float(lr[j]))
-                if table == "params" and d["key"] == "layers":
-                    d["value"] = str(j % 8)
-                if table == "tags" and d["key"] == "team":
-                    d["value"] = "nlp" if j % 2 else "cv"
-                new.append(tuple(d[c] for c in cols))
-        marks = ", ".join("?" * len(cols))
-        db.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks})", new)
-    db.commit()
-out["search_build_s"] = time.perf_counter() - t0
-times = []
-cpu = []
-found = 0
-for _ in range(cfg["search_repeats"]):
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    res = client.search_runs(
-        [eid], "metrics.val_acc > 0.85", order_by=["metrics.val_acc DESC"], max_results=100
-    )
-    times.append((time.perf_counter() - t0) * 1000)
-    cpu.append((time.process_time() - c0) * 1000)
-    found = len(res)
-times.sort()
-out["search_p50_ms"] = statistics.median(times)
-out["search_p90_ms"] = times[int(0.9 * (len(times) - 1))]
-out["search_cpu_p50_ms"] = statistics.median(cpu)
-out["search_found"] = found
-# artifacts: the same file logged to three runs
-src = cfg["artifact"]
-if src:
-    art_exp = exp("art")
-    took = []
-    for r in range(3):
-        with mlflow.start_run(experiment_id=art_exp):
-            t0 = time.perf_counter()
-            mlflow.log_artifact(src)
-            took.append(time.perf_counter() - t0)
-    out["artifact_MBps"] = os.path.getsize(src) / 1048576 * 1.048576 / statistics.median(took)
-    out["artifact_stored_bytes_for_3_runs"] = sum(
-        os.path.getsize(os.path.join(d, f))
-        for d, _, fs in os.walk(os.path.join(work, "mlartifacts", "art"))
-        for f in fs
-    )
-print("RESULT " + json.dumps(out))
-"""
-
-
-def measure_mlflow(python: str, workdir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [python, "-c", MLFLOW_SCRIPT, json.dumps({**cfg, "workdir": str(workdir)})],
-        cwd=workdir,  # anything MLflow writes by default (./mlruns) stays in the temp dir
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        raise RuntimeError(
-            f"the MLflow workload failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-        )
-    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
-    return result
-
-
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
@@ -483,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search-runs", type=int, default=100_000)
     p.add_argument("--artifact-mb", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--artifact-repeats",
+        type=int,
+        default=7,
+        help="artifact puts and baseline copies, alternating (each a fraction of a second)",
+    )
     p.add_argument(
         "--mlflow-search-repeats",
         type=int,
@@ -504,15 +358,22 @@ def main(argv: list[str] | None = None) -> int:
             16,
             1,
         )
+        args.artifact_repeats = 1
     results: dict[str, Any] = {
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": vars(args),
+        "load_average": {},  # 1-minute load average when each part started (and at the end)
     }
+
+    def part(name: str) -> None:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        results["load_average"][name] = round(os.getloadavg()[0], 2)
+
     with tempfile.TemporaryDirectory(prefix="tracking-bench-") as tmp:
         work = Path(tmp)
-        print("ours, SQLite ...", file=sys.stderr, flush=True)
+        part("ours, SQLite")
         results["sqlite"] = measure_ours(
             str(work / "ours.db"),
             work / "sqlite",
@@ -521,13 +382,13 @@ def main(argv: list[str] | None = None) -> int:
             search_n=args.search_runs,
             repeats=args.repeats,
         )
-        print("artifacts, local ...", file=sys.stderr, flush=True)
-        results["artifacts_local"] = artifacts_local(work, args.artifact_mb, args.repeats)
+        part("artifacts, local")
+        results["artifacts_local"] = artifacts_local(work, args.artifact_mb, args.artifact_repeats)
         if not args.no_postgres:
             from reference_impls.tracking.postgres import PostgresCluster, find_pg_bin
 
             if find_pg_bin() is not None:
-                print("ours, PostgreSQL ...", file=sys.stderr, flush=True)
+                part("ours, PostgreSQL")
                 pgdir = tempfile.mkdtemp(prefix="tracking-bench-pg-")
                 try:
                     with PostgresCluster.start(pgdir, durable=True) as pg:
@@ -542,12 +403,14 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     shutil.rmtree(pgdir, ignore_errors=True)
         if not args.no_s3:
-            print("artifacts, S3 ...", file=sys.stderr, flush=True)
-            results["artifacts_s3"] = artifacts_s3(work, min(args.artifact_mb, 128), args.repeats)
+            part("artifacts, S3")
+            results["artifacts_s3"] = artifacts_s3(
+                work, min(args.artifact_mb, 128), args.artifact_repeats
+            )
         if args.json:  # ours, before MLflow's (long) turn
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         if args.mlflow_python:
-            print("MLflow ...", file=sys.stderr, flush=True)
+            part("MLflow")
             results["mlflow"] = measure_mlflow(
                 args.mlflow_python,
                 work / "mlflow",
@@ -561,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                     "artifact": str(work / "artifact.bin"),
                 },
             )
+    results["load_average"]["end"] = round(os.getloadavg()[0], 2)
     print(render(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
@@ -599,7 +463,8 @@ def render(r: dict[str, Any]) -> str:
     a = r["artifacts_local"]
     rows.append(
         f"| artifact, local, MB/s | {a['ours_MBps']:,.0f} ({a['ratio']:.2f}x of copy+fsync at "
-        f"{a['copy_MBps']:,.0f}) | same store | {num(ml, 'artifact_MBps')} | "
+        f"{a['copy_MBps']:,.0f}; CPU {a['ours_cpu_ms']:,.0f} ms vs {a['copy_cpu_ms']:,.0f} ms) "
+        f"| same store | {num(ml, 'artifact_MBps')} | "
         f"{ratio(a['ours_MBps'], ml.get('artifact_MBps'))} |"
     )
     rows.append(
@@ -625,7 +490,8 @@ def render(r: dict[str, Any]) -> str:
         rows.append(
             f"MLflow {ml['mlflow_version']}: one log_metric call {ml['one_log_metric_ms']:.1f} ms"
         )
-    rows.append(f"{r['machine']}; {r['date']}")
+    loads = ", ".join(f"{k} {v}" for k, v in r.get("load_average", {}).items())
+    rows.append(f"{r['machine']}; {r['date']}; 1-minute load average: {loads}")
     return "\n".join(rows)
 
 

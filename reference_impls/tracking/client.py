@@ -9,20 +9,22 @@
         run.use("dataset:mnist@3")
 
 Logging is buffered: ``log_metrics`` checks the values on the caller's thread (a bad value
-raises there and nothing of that call is kept) and appends them to the run's buffer; a
-background thread writes the buffer in batches (one transaction each) when it holds
-``flush_points`` points or ``flush_interval_s`` has passed. **What a crash loses**: only the
-points not yet flushed: those logged during the last ``flush_interval_s`` (1 s by default),
+raises there and nothing of that call is kept) and appends them to the run's buffer; one
+background thread per tracker writes the runs' buffers in batches (one transaction each) when
+a run holds ``flush_points`` points or its oldest buffered point is ``flush_interval_s`` old.
+**What a crash loses**: only the points not yet flushed: those logged during the last
+``flush_interval_s`` (1 s by default),
 never more than ``max_buffered_points`` (100,000 by default): when the buffer is full,
 ``log_metrics`` waits for the writer instead of dropping points. A write that fails in the
 background is raised by the next ``log_metrics``/``flush``/``finish`` on the caller's
-thread, with the points still buffered. Leaving the ``with`` block flushes everything and
-ends the run (``failed`` if an exception escaped).
+thread, with the points still buffered. Leaving the ``with`` block writes what is left and
+ends the run in one transaction (``failed`` if an exception escaped).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -70,6 +72,7 @@ class Tracker:
         self.flush_points = flush_points
         self.flush_interval_s = flush_interval_s
         self.max_buffered_points = max_buffered_points
+        self._writer = _Writer(self)
 
     @classmethod
     def remote(cls, url: str, token: str, **kw: Any) -> Tracker:
@@ -114,7 +117,110 @@ class Tracker:
         return Path(self.backend.download_artifact(run_id, name, dest))
 
     def close(self) -> None:
+        """Stop the background writer (after the batch it is writing) and close the backend.
+        Finish runs first: points still buffered in an open run are not written."""
+        self._writer.stop()
         self.backend.close()
+
+
+class _Writer:
+    """The tracker's one background thread: writes the buffers of its open runs.
+
+    All runs of a tracker share this object's lock: their buffers, errors and flags are read
+    and changed under it. Two conditions on that lock: ``work`` wakes the thread (a run is
+    due, or has a deadline earlier than the one the thread sleeps until), ``idle`` wakes
+    callers waiting for a write to end. The thread starts with the first buffered point, so a
+    tracker that only searches has none, and a run that logs a few points and ends within the
+    interval costs it nothing. A run is skipped while a write of it is in flight (here or in
+    ``Run.flush``/``Run.finish``), so its batches are written in order, and while an error of
+    it has not been seen by its caller yet.
+    """
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        lock = threading.Lock()
+        self.work = threading.Condition(lock)
+        self.idle = threading.Condition(lock)
+        self.runs: set[Run] = set()  # runs with buffered points (changed under the lock)
+        self.wakeup_at = math.inf  # time.monotonic() the thread sleeps until
+        self.recent = False  # a run had points since the thread last looked
+        self.thread: threading.Thread | None = None
+        self.stopped = False
+
+    def wake(self, run: Run, deadline: float | None) -> None:
+        """``run`` has buffered points, due at ``deadline`` (None: now). Under the lock."""
+        self.runs.add(run)
+        self.recent = True
+        if self.thread is None and not self.stopped:
+            self.thread = threading.Thread(target=self._loop, name="tracking-writer", daemon=True)
+            self.thread.start()
+        if deadline is None or deadline < self.wakeup_at:
+            self.work.notify()
+
+    def stop(self) -> None:
+        with self.work:
+            self.stopped = True
+            self.work.notify()
+            thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _due(self) -> tuple[list[Run], float | None]:
+        """Runs to write now, and how long until the next one is due (None: none waiting)."""
+        now = time.monotonic()
+        interval = self.tracker.flush_interval_s
+        due: list[Run] = []
+        wait: float | None = None
+        for run in list(self.runs):
+            if not run._buf or run._closing:
+                self.runs.discard(run)
+                continue
+            if run._inflight or run._error is not None:
+                continue  # woken again when the write ends or the caller saw the error
+            left = run._oldest + interval - now
+            if len(run._buf) >= self.tracker.flush_points or left <= 0:
+                due.append(run)
+            else:
+                wait = left if wait is None else min(wait, left)
+        return due, wait
+
+    def _loop(self) -> None:
+        while True:
+            with self.work:
+                while not self.stopped:
+                    due, wait = self._due()
+                    if due:
+                        break
+                    if wait is None and self.recent:
+                        # Runs come and go (short runs end before their deadline): tick once
+                        # more instead of being notified by the next run's first point.
+                        wait = self.tracker.flush_interval_s
+                    self.recent = False
+                    self.wakeup_at = math.inf if wait is None else time.monotonic() + wait
+                    self.work.wait(wait)
+                self.wakeup_at = 0.0  # awake: nobody needs to notify
+                if self.stopped:
+                    return
+                batches = []
+                for run in due:
+                    batches.append((run, run._buf))
+                    run._buf = []
+                    run._inflight = True
+            for run, batch in batches:
+                try:
+                    self.tracker.backend.log_metrics(run.id, batch)
+                    run.points_flushed += len(batch)
+                    run.batches_flushed += 1
+                except BaseException as exc:  # kept and raised on the caller's thread
+                    with self.idle:
+                        run._buf[:0] = batch
+                        run._error = exc
+                        run._oldest = time.monotonic()  # tried again an interval later
+                        self.runs.add(run)
+            with self.idle:
+                for run, _ in batches:
+                    run._inflight = False
+                self.idle.notify_all()
 
 
 class Run:
@@ -124,18 +230,15 @@ class Run:
         self.tracker = tracker
         self.id = run_id
         self.project = project
+        self._writer = tracker._writer
+        self._cond = self._writer.idle  # its lock guards the fields below (a tracker's runs)
         self._buf: list[MetricPoint] = []
-        self._cond = threading.Condition()
+        self._oldest = 0.0  # time.monotonic() when the buffer last went from empty to not
         self._error: BaseException | None = None
         self._closing = False
-        self._inflight = 0
-        self._keys: set[str] = set()
+        self._inflight = False  # a write of this run's points is in progress
         self.points_flushed = 0
         self.batches_flushed = 0
-        self._thread = threading.Thread(
-            target=self._writer, name=f"tracking-{run_id[:8]}", daemon=True
-        )
-        self._thread.start()
 
     # ------------------------------------------------------------------ logging
     def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
@@ -146,12 +249,17 @@ class Run:
             if self._closing:
                 raise TrackingError(f"run {self.id} is finished; it takes no more metrics")
             while len(self._buf) + len(points) > self.tracker.max_buffered_points:
-                self._cond.notify_all()
+                self._writer.wake(self, None)
                 self._cond.wait(0.5)
                 self._raise_pending()
-            self._buf.extend(points)
+            if not self._buf:
+                self._oldest = time.monotonic()
+                self._buf.extend(points)
+                self._writer.wake(self, self._oldest + self.tracker.flush_interval_s)
+            else:
+                self._buf.extend(points)
             if len(self._buf) >= self.tracker.flush_points:
-                self._cond.notify_all()
+                self._writer.wake(self, None)
 
     def log_metric(self, key: str, value: float, *, step: int) -> None:
         self.log_metrics({key: value}, step=step)
@@ -159,61 +267,47 @@ class Run:
     def _raise_pending(self) -> None:
         if self._error is not None:
             err, self._error = self._error, None
+            if self._buf:  # the writer may try again, an interval after the failure
+                self._writer.wake(self, self._oldest + self.tracker.flush_interval_s)
             raise TrackingError(
                 f"writing metrics of run {self.id} failed in the background: {err} "
                 f"({len(self._buf)} points are still buffered; flush() tries again)"
             ) from err
 
-    def _writer(self) -> None:
-        interval = self.tracker.flush_interval_s
-        while True:
-            with self._cond:
-                deadline = time.monotonic() + interval
-                while (
-                    not self._closing
-                    and len(self._buf) < self.tracker.flush_points
-                    and (remaining := deadline - time.monotonic()) > 0
-                ):
-                    self._cond.wait(remaining)
-                if self._error is not None and not self._closing:
-                    self._cond.wait(interval)  # the caller has not seen the error yet
-                    continue
-                batch, self._buf = self._buf, []
-                self._inflight = len(batch)
-                closing = self._closing
-            if batch:
-                try:
-                    self.tracker.backend.log_metrics(self.id, batch)
-                    self.points_flushed += len(batch)
-                    self.batches_flushed += 1
-                except BaseException as exc:  # kept and raised on the caller's thread
-                    with self._cond:
-                        self._buf[:0] = batch
-                        self._error = exc
-            with self._cond:
-                self._inflight = 0
-                self._cond.notify_all()
-                if closing and (not self._buf or self._error is not None):
-                    return
+    def _take(self) -> list[MetricPoint]:
+        """Wait for a write in flight, then take the buffer (called under the condition);
+        the caller writes it, then calls :meth:`_done`."""
+        while self._inflight:
+            self._cond.wait(0.5)
+        self._raise_pending()
+        batch, self._buf = self._buf, []
+        self._inflight = True
+        return batch
+
+    def _done(self, batch: list[MetricPoint], error: BaseException | None) -> None:
+        with self._cond:
+            self._inflight = False
+            if error is not None:
+                self._buf[:0] = batch  # nothing lost: the caller sees the error
+                self._oldest = time.monotonic()  # the writer tries again an interval later
+            elif batch:
+                self.points_flushed += len(batch)
+                self.batches_flushed += 1
+            if self._buf and not self._closing:
+                self._writer.wake(self, self._oldest + self.tracker.flush_interval_s)
+            self._cond.notify_all()
 
     def flush(self) -> None:
         """Write everything buffered now (blocks until it is stored)."""
         with self._cond:
-            self._raise_pending()
-            batch, self._buf = self._buf, []
-        if batch:
-            try:
+            batch = self._take()
+        try:
+            if batch:
                 self.tracker.backend.log_metrics(self.id, batch)
-                self.points_flushed += len(batch)
-                self.batches_flushed += 1
-            except BaseException:
-                with self._cond:
-                    self._buf[:0] = batch
-                raise
-        with self._cond:
-            while self._inflight:
-                self._cond.wait(0.5)
-            self._raise_pending()
+        except BaseException as exc:
+            self._done(batch, exc)
+            raise
+        self._done(batch, None)
 
     # ------------------------------------------------------------------ the rest
     def set_tags(self, tags: Mapping[str, str]) -> None:
@@ -242,12 +336,18 @@ class Run:
         return path
 
     def finish(self, status: RunStatus | str = RunStatus.FINISHED) -> None:
+        """Write what is still buffered and end the run, in one transaction. If that fails
+        the points stay buffered and ``finish`` can be called again; a background failure not
+        seen yet is raised first (nothing is lost)."""
         with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        self._thread.join()
-        self.flush()
-        self.tracker.backend.end_run(self.id, status)
+            self._closing = True  # the writer leaves this run alone from now on
+            batch = self._take()
+        try:
+            self.tracker.backend.end_run(self.id, status, batch)
+        except BaseException as exc:
+            self._done(batch, exc)
+            raise
+        self._done(batch, None)
 
     def __enter__(self) -> Run:
         return self

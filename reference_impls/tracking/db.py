@@ -35,6 +35,7 @@ HEAD = "0001"
 """The newest migration's revision. Opening a database at HEAD reads one row and imports
 nothing of Alembic (a worker process starts faster); a test checks it against the scripts."""
 SQLITE_BUSY_TIMEOUT_MS = 60_000
+SQLITE_READ_CACHE_KIB = 16_384  # per reading connection (SQLite keeps it between reads)
 
 
 def normalize_url(url: str | os.PathLike[str]) -> str:
@@ -97,6 +98,13 @@ def open_read_engine(engine: Engine) -> Engine:
         return engine
     reader = create_engine(engine.url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
     _sqlite_setup(reader, immediate=False)
+
+    @event.listens_for(reader, "connect")
+    def _cache(dbapi_connection: Any, _record: Any) -> None:
+        # A page of search results reads a few hundred scattered pages (runs, params, tags,
+        # latest metrics); SQLite's default 2 MiB cache evicts them between searches.
+        dbapi_connection.execute(f"PRAGMA cache_size=-{SQLITE_READ_CACHE_KIB}")
+
     return reader
 
 

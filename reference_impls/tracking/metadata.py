@@ -5,6 +5,10 @@ Every write is one transaction. Metric batches are upserts keyed by (run, key, s
 batch sent twice (a client retrying after a lost answer) stores each point once; the same
 transaction moves ``latest_metrics`` forward for the keys the batch touched. Values are
 checked before anything is written: a bad value fails the whole call and writes nothing.
+
+Over 500 lines, one concern: :class:`MetadataStore` is the one writer of the schema, and a write
+that touches several tables (a metric batch and ``latest_metrics``, a run and its tags) stays
+one transaction inside one method.
 """
 
 from __future__ import annotations
@@ -19,7 +23,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import (
+    Engine,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -199,6 +214,54 @@ def _insert(engine: Engine, table: Any) -> Any:
     return (postgresql if engine.dialect.name == "postgresql" else sqlite).insert(table)
 
 
+GET_RUNS_CHUNK = 2_000  # ids per statement: 3 bound copies stay far below both databases' limits
+_IDS: Any = bindparam("ids", expanding=True)
+# Columns in the order get_runs unpacks them.
+_RUNS_BY_ID = (
+    select(
+        Run.id,
+        Run.project_id,
+        Run.name,
+        Run.status,
+        Run.created_at,
+        Run.ended_at,
+        Run.git_commit,
+        Run.environment,
+        Run.deleted_at,
+        Project.name,
+    )
+    .join(Project, Project.id == Run.project_id)
+    .where(Run.id.in_(_IDS))
+)
+# (run_id, 0 param | 1 tag | 2 latest metric, key, param kind, number, text)
+_DETAILS_BY_RUN: Any = union_all(
+    select(
+        Param.run_id,
+        literal(0),
+        Param.key,
+        Param.kind,
+        Param.num_value,
+        Param.str_value,
+    ).where(Param.run_id.in_(_IDS)),
+    select(
+        Tag.run_id,
+        literal(1),
+        Tag.key,
+        null(),
+        null(),
+        Tag.value,
+    ).where(Tag.run_id.in_(_IDS)),
+    select(
+        LatestMetric.run_id,
+        literal(2),
+        LatestMetric.key,
+        null(),
+        LatestMetric.value,
+        null(),
+    ).where(LatestMetric.run_id.in_(_IDS)),
+)
+
+
 class MetadataStore:
     """All metadata reads and writes. Thread-safe (one pooled connection per call)."""
 
@@ -263,32 +326,36 @@ class MetadataStore:
         if name is not None and (not isinstance(name, str) or len(name) > 200):
             raise TrackingError(f"run name must be a string of <= 200 characters, got {name!r}")
         with self.engine.begin() as conn:
-            conn.execute(
-                insert(Run),
-                {
-                    "id": rid,
-                    "project_id": pid,
-                    "name": name or rid[:8],
-                    "status": RunStatus.RUNNING.value,
-                    "created_at": time.time() if created_at is None else created_at,
-                    "ended_at": None,
-                    "git_commit": git_commit,
-                    "environment": None if environment is None else json.dumps(environment),
-                    "deleted_at": None,
-                },
+            # The driver's (execute)many straight away, as for metric points: SQLAlchemy's
+            # per-row statement building costs more than the inserts (values are checked
+            # above and bound as parameters).
+            conn.exec_driver_sql(
+                self._marks(
+                    "INSERT INTO runs (id, project_id, name, status, created_at, ended_at, "
+                    "git_commit, environment, deleted_at) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL)"
+                ),
+                (
+                    rid,
+                    pid,
+                    name or rid[:8],
+                    RunStatus.RUNNING.value,
+                    time.time() if created_at is None else created_at,
+                    git_commit,
+                    None if environment is None else json.dumps(environment),
+                ),
             )
             if rows:
-                conn.execute(
-                    insert(Param),
-                    [
-                        {"run_id": rid, "key": k, "kind": kd, "num_value": n, "str_value": s}
-                        for k, kd, n, s in rows
-                    ],
+                conn.exec_driver_sql(
+                    self._marks(
+                        "INSERT INTO params (run_id, key, kind, num_value, str_value) "
+                        "VALUES (?, ?, ?, ?, ?)"
+                    ),
+                    [(rid, *row) for row in rows],
                 )
             if tag_rows:
-                conn.execute(
-                    insert(Tag),
-                    [{"run_id": rid, "key": k, "value": v} for k, v in tag_rows],
+                conn.exec_driver_sql(
+                    self._marks("INSERT INTO tags (run_id, key, value) VALUES (?, ?, ?)"),
+                    [(rid, *row) for row in tag_rows],
                 )
         return rid
 
@@ -323,17 +390,28 @@ class MetadataStore:
             )
             conn.execute(stmt, [{"run_id": run_id, "key": k, "value": v} for k, v in rows])
 
-    def end_run(self, run_id: str, status: RunStatus | str = RunStatus.FINISHED) -> None:
+    def end_run(
+        self,
+        run_id: str,
+        status: RunStatus | str = RunStatus.FINISHED,
+        points: Sequence[MetricPoint] = (),
+    ) -> None:
+        """End a run, writing its last buffered ``points`` in the same transaction (a run's
+        final flush and its end are one commit, not two)."""
         status = RunStatus(status)
         if status is RunStatus.RUNNING:
             raise TrackingError("end_run needs a final status: finished, failed or killed")
+        for p in points:
+            check_metric(p.key, p.value, p.step)
         with self.engine.begin() as conn:
-            self._require_run(conn, run_id)
-            conn.execute(
+            ended = conn.execute(
                 update(Run)
                 .where(Run.id == run_id)
                 .values(status=status.value, ended_at=time.time())
-            )
+            ).rowcount
+            if not ended:
+                raise NotFoundError(f"no run with id {run_id!r}")
+            self._write_points(conn, run_id, points)
 
     # ------------------------------------------------------------------ metrics
     def log_metrics(self, run_id: str, points: Sequence[MetricPoint]) -> int:
@@ -342,37 +420,50 @@ class MetadataStore:
             check_metric(p.key, p.value, p.step)
         if not points:
             return 0
+        try:
+            with self.engine.begin() as conn:
+                self._write_points(conn, run_id, points)
+        except sa_exc.IntegrityError:
+            # The only constraint a checked point can break is the reference to its run.
+            with self.read_engine.connect() as conn:
+                self._require_run(conn, run_id)
+            raise
+        return len(points)
+
+    def _write_points(self, conn: Any, run_id: str, points: Sequence[MetricPoint]) -> None:
+        """Upsert checked points and move ``latest_metrics`` forward, in ``conn``'s transaction.
+        A run that does not exist fails the foreign key (no SELECT first)."""
+        if not points:
+            return
         latest: dict[str, MetricPoint] = {}
         for p in points:  # the last point of the highest step wins within a batch
             cur = latest.get(p.key)
             if cur is None or p.step >= cur.step:
                 latest[p.key] = p
         rows = [(run_id, p.key, p.step, p.ts, p.value) for p in points]
+        sql = self._point_sql()
+        for i in range(0, len(rows), SQL_CHUNK):
+            conn.exec_driver_sql(sql[0], rows[i : i + SQL_CHUNK])
+        conn.exec_driver_sql(sql[1], [(run_id, k, p.step, p.value) for k, p in latest.items()])
+
+    def _marks(self, sql: str) -> str:
+        """``sql`` written with ``?`` placeholders, in the driver's parameter style."""
+        return sql if self.dialect == "sqlite" else sql.replace("?", "%s")
+
+    def _point_sql(self) -> tuple[str, str]:
+        """The two upserts, in the driver's parameter style. The driver's executemany straight
+        away: per-row statement building in SQLAlchemy would cost more than the database's
+        insert (values are checked before, and are bound parameters, never SQL text)."""
         mark = "?" if self.dialect == "sqlite" else "%s"
-        # The driver's executemany straight away: per-row statement building in SQLAlchemy
-        # would cost more than the database's insert (values are checked above).
-        upsert = (
-            f"INSERT INTO metrics (run_id, key, step, ts, value) VALUES ({', '.join([mark] * 5)}) "
-            "ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value, ts = excluded.ts"
+        return (
+            f"INSERT INTO metrics (run_id, key, step, ts, value) VALUES ({', '.join([mark] * 5)})"
+            " ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value,"
+            " ts = excluded.ts",
+            f"INSERT INTO latest_metrics (run_id, key, step, value) VALUES "
+            f"({', '.join([mark] * 4)}) ON CONFLICT (run_id, key) DO UPDATE SET"
+            " step = excluded.step, value = excluded.value"
+            " WHERE excluded.step >= latest_metrics.step",
         )
-        lstmt = _insert(self.engine, LatestMetric)
-        lstmt = lstmt.on_conflict_do_update(
-            index_elements=["run_id", "key"],
-            set_={"step": lstmt.excluded.step, "value": lstmt.excluded.value},
-            where=lstmt.excluded.step >= LatestMetric.step,
-        )
-        with self.engine.begin() as conn:
-            self._require_run(conn, run_id)
-            for i in range(0, len(rows), SQL_CHUNK):
-                conn.exec_driver_sql(upsert, rows[i : i + SQL_CHUNK])
-            conn.execute(
-                lstmt,
-                [
-                    {"run_id": run_id, "key": k, "step": p.step, "value": p.value}
-                    for k, p in latest.items()
-                ],
-            )
-        return len(points)
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float, float]]:
         """[(step, value, ts)] in step order."""
@@ -402,39 +493,42 @@ class MetadataStore:
         return runs[0]
 
     def get_runs(self, run_ids: Sequence[str]) -> list[RunInfo]:
-        """Runs with params, tags and latest metrics, in the order of ``run_ids``."""
-        if not run_ids:
+        """Runs with params, tags and latest metrics, in the order of ``run_ids``.
+
+        Two statements per chunk of ids whatever the page holds: the runs, then their params,
+        tags and latest metrics together (a UNION ALL), rows read as plain tuples. A search
+        page spends most of its time here, so statements and per-row work are kept few."""
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
             return []
-        ids = list(run_ids)
+        by_id: dict[str, RunInfo] = {}
         with self.read_engine.connect() as conn:
-            rows = conn.execute(
-                select(*Run.__table__.c, Project.name.label("pname"))
-                .join(Project, Project.id == Run.project_id)
-                .where(Run.id.in_(ids))
-            ).all()
-            by_id = {
-                r.id: RunInfo(
-                    id=r.id,
-                    project=r.pname,
-                    name=r.name,
-                    status=r.status,
-                    created_at=r.created_at,
-                    ended_at=r.ended_at,
-                    git_commit=r.git_commit,
-                    environment=None if r.environment is None else json.loads(r.environment),
-                    deleted_at=r.deleted_at,
-                )
-                for r in rows
-            }
-            for p in conn.execute(select(Param.__table__).where(Param.run_id.in_(ids))):
-                by_id[p.run_id].params[p.key] = _param_value(p.kind, p.num_value, p.str_value)
-            for t in conn.execute(select(Tag.__table__).where(Tag.run_id.in_(ids))):
-                by_id[t.run_id].tags[t.key] = t.value
-            for m in conn.execute(
-                select(LatestMetric.__table__).where(LatestMetric.run_id.in_(ids))
-            ):
-                by_id[m.run_id].metrics[m.key] = m.value
-        return [by_id[i] for i in ids if i in by_id]
+            for i in range(0, len(ids), GET_RUNS_CHUNK):
+                chunk = {"ids": ids[i : i + GET_RUNS_CHUNK]}
+                for r in conn.execute(_RUNS_BY_ID, chunk).all():
+                    rid, _pid, name, status, created, ended, commit, env, deleted, project = r
+                    by_id[rid] = RunInfo(
+                        id=rid,
+                        project=project,
+                        name=name,
+                        status=status,
+                        created_at=created,
+                        ended_at=ended,
+                        git_commit=commit,
+                        environment=None if env is None else json.loads(env),
+                        deleted_at=deleted,
+                    )
+                for rid, what, key, kind, num, text in conn.execute(_DETAILS_BY_RUN, chunk).all():
+                    run = by_id.get(rid)
+                    if run is None:  # a run inserted between the two statements
+                        continue
+                    if what == 0:
+                        run.params[key] = _param_value(kind, num, text)
+                    elif what == 1:
+                        run.tags[key] = text
+                    else:
+                        run.metrics[key] = num
+        return [by_id[i] for i in run_ids if i in by_id]
 
     def run_project(self, run_id: str) -> str:
         with self.read_engine.connect() as conn:
@@ -687,7 +781,7 @@ class MetadataStore:
                         select(Artifact.sha256, func.max(Artifact.size))
                         .where(Artifact.sha256.in_(hs[i : i + 500]))
                         .group_by(Artifact.sha256)
-                    ).tuples()
+                    ).all()
                 )
         return out
 

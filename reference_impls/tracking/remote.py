@@ -84,8 +84,11 @@ class RemoteBackend:
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         self._json("POST", f"/api/runs/{run_id}/tags", json={"tags": dict(tags)})
 
-    def end_run(self, run_id: str, status: RunStatus | str) -> None:
-        self._json("POST", f"/api/runs/{run_id}/end", json={"status": str(status)})
+    def end_run(
+        self, run_id: str, status: RunStatus | str, points: Sequence[MetricPoint] = ()
+    ) -> None:
+        body = {"status": str(status), "points": [(p.key, p.step, p.value, p.ts) for p in points]}
+        self._json("POST", f"/api/runs/{run_id}/end", json=body)
 
     def get_run(self, run_id: str) -> RunInfo:
         return _run_info(self._json("GET", f"/api/runs/{run_id}"))

@@ -71,6 +71,7 @@ class TagsIn(BaseModel):
 class EndIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     status: str
+    points: list[tuple[str, int, float, float]] = []  # the run's last points, same transaction
 
 
 class EdgesIn(BaseModel):
@@ -212,7 +213,13 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
     @app.post("/api/runs/{run_id}/end", summary="write")
     def end_run(run_id: str, body: EndIn, u: CurrentUser) -> dict[str, Any]:
         run_project(u, run_id, Permission.WRITE)
-        backend.end_run(run_id, body.status)
+        if len(body.points) > MAX_BATCH:
+            raise TrackingError(
+                f"{len(body.points)} points in one request; the limit is {MAX_BATCH}"
+            )
+        backend.end_run(
+            run_id, body.status, [MetricPoint(k, s, v, t) for k, s, v, t in body.points]
+        )
         return {"ok": True}
 
     @app.get("/api/runs/{run_id}/artifacts", summary="see")

@@ -31,6 +31,10 @@ A run that cannot go on well stops loudly instead of finishing with garbage:
 
 Both write ``result.json`` with ``stop_reason`` "diverged" or "interrupted", so that a
 previous run's summary never stands for this one.
+
+Over 500 lines, one concern: :meth:`Trainer.run` is the loop's state machine (steps, validation,
+early stopping, checkpoints, resume, divergence, Ctrl-C); the checkpoint format and its I/O are
+in checkpoint.py and checkpoint_io.py.
 """
 
 from __future__ import annotations

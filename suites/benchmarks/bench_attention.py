@@ -130,3 +130,44 @@ class AttentionGPU:
         return ours.ms / cudnn.ms
 
     track_info_time_relative_to_sdpa_cudnn.unit = "x SDPA cuDNN time (fwd+bwd)"
+
+
+class AttentionFp8GPU:
+    """attention_fp8 (pre-quantized inputs) at the table's shapes, against cuDNN's bf16 forward."""
+
+    params = [[64, 128], [1024, 4096, 16384], [False, True]]
+    param_names = ["head_dim", "seq_len", "causal"]
+    timeout = 600
+    number = 5
+    repeat = (7, 10, 60.0)
+
+    def setup(self, head_dim, seq_len, causal):
+        if not torch.cuda.is_available() or INTERPRET:
+            raise NotImplementedError("CUDA is not available")
+        self.case = bench.Case.standard(head_dim, seq_len, causal, "fwd")
+        self.inputs = bench.make_inputs(self.case)
+        self.fwd = bench.step_fn("fp8", self.case, self.inputs)
+        self.fwd()  # autotune outside the timings
+        torch.cuda.synchronize()
+
+    def teardown(self, head_dim, seq_len, causal):
+        self.inputs = self.fwd = None
+        torch.cuda.empty_cache()
+
+    def time_forward(self, head_dim, seq_len, causal):
+        self.fwd()
+        torch.cuda.synchronize()
+
+    def track_info_tflops_forward(self, head_dim, seq_len, causal):
+        return bench.measure(self.case, "fp8", self.inputs).tflops
+
+    track_info_tflops_forward.unit = "TFLOP/s"
+
+    def track_info_time_relative_to_sdpa_cudnn(self, head_dim, seq_len, causal):
+        ours = bench.measure(self.case, "fp8", self.inputs)
+        cudnn = bench.measure(self.case, "cudnn", self.inputs)
+        if ours.ms is None or cudnn.ms is None:
+            raise NotImplementedError(ours.error or cudnn.error)
+        return ours.ms / cudnn.ms
+
+    track_info_time_relative_to_sdpa_cudnn.unit = "x SDPA cuDNN bf16 time (fwd)"

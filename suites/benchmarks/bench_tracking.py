@@ -101,8 +101,9 @@ class Search:
 
 
 class ArtifactPut:
-    """A 64 MB file into the content-addressed store (hash + kernel copy + fsync) and the
-    plain copy + fsync it is compared with (docs/benchmarks/tracking.md gives the ratio)."""
+    """A 64 MB file into the content-addressed store (one read pass feeding sha256 and a
+    direct-I/O write, one fsync) and the plain copy + fsync it is compared with
+    (docs/benchmarks/tracking.md gives the ratio, measured alternating in one run)."""
 
     timeout = 300
 

@@ -235,6 +235,8 @@ SPEED_CASES = [
     ("bwd", True),
     ("fwd+bwd", False),
     ("fwd+bwd", True),
+    ("fp8", False),  # attention_fp8's forward (inputs quantized beforehand) against bf16 flash
+    ("fp8", True),
 ]
 SPEED_DROP = 0.10  # fail when the ratio to flash falls more than 10% below the baseline
 
@@ -256,9 +258,10 @@ def test_speed_relative_to_sdpa_flash_holds_its_baseline(mode, causal):
     torch.use_deterministic_algorithms(False)  # SDPA flash's backward is not deterministic
     try:
         # B=4 rather than the table's 8: half the time, still about four waves of programs.
-        case = bench.Case(d=128, n=4096, causal=causal, mode=mode, batch=4, heads=16)
+        timed = "fwd" if mode == "fp8" else mode
+        case = bench.Case(d=128, n=4096, causal=causal, mode=timed, batch=4, heads=16)
         inputs = bench.make_inputs(case)
-        ours = bench.measure(case, "triton", inputs)
+        ours = bench.measure(case, "fp8" if mode == "fp8" else "triton", inputs)
         flash = bench.measure(case, "flash", inputs)
     finally:
         torch.use_deterministic_algorithms(was_deterministic)

@@ -10,7 +10,6 @@ not at the HTML we wrote.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from tiny_asv_project import bench_source, commit, make_repo
 
 from harness import perf
 
@@ -46,26 +46,8 @@ MACHINE = "dashboard-test"
 BENCHMARK = "bench_tiny.Loop.time_work"
 SERIES_RGB = (0x24, 0x7A, 0xAD)  # $.asv.colors[0] in asv 0.6.6's asv.js: the first series
 
-ASV_CONF = {
-    "version": 1,
-    "project": "tiny",
-    "repo": ".",
-    "dvcs": "git",
-    "environment_type": "existing",
-    "branches": ["HEAD"],
-    "benchmark_dir": "benchmarks",
-    "env_dir": ".asv/env",
-    "results_dir": ".asv/results",
-    "html_dir": ".asv/html",
-}
-TINYLIB = "N = {n}\n\n\ndef work(n):\n    return sum(i % 7 for i in range(n))\n"
-BENCH = """from . import tinylib
-
-
-class Loop:
-    def time_work(self):
-        tinylib.work(tinylib.N)
-
+# A second, parametrized benchmark: the dashboard must list its parameter values too.
+SIZES = """
 
 class Sizes:
     params = [1_000, 10_000]
@@ -74,19 +56,6 @@ class Sizes:
     def time_sum(self, n):
         sum(range(n))
 """
-
-
-def _git(repo: Path, *args: str) -> str:
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="t",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="t",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    return subprocess.run(
-        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -100,18 +69,10 @@ def site(tmp_path_factory):
             "npm is not installed and no vendored packages are cached: the dashboard "
             "fetches its JavaScript libraries with npm pack"
         )
-    repo = tmp_path_factory.mktemp("dashboard") / "tiny"
-    (repo / "benchmarks").mkdir(parents=True)
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "asv.conf.json").write_text(json.dumps(ASV_CONF))
-    (repo / "benchmarks" / "__init__.py").write_text("")
-    (repo / "benchmarks" / "bench_tiny.py").write_text(BENCH)
-    commits = []
-    for n in (20_000, 30_000, 40_000):
-        (repo / "benchmarks" / "tinylib.py").write_text(TINYLIB.format(n=n))
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", f"N = {n}")
-        commits.append(_git(repo, "rev-parse", "HEAD"))
+    repo, first = make_repo(
+        tmp_path_factory.mktemp("dashboard"), bench=bench_source(extra=SIZES), message="N = 20000"
+    )
+    commits = [first] + [commit(repo, f"N = {n}", n=n) for n in (30_000, 40_000)]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(perf.VENDOR_DIR_ENV_VAR, str(vendor))
         for outcome in perf.run_interleaved(

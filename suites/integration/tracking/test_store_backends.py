@@ -68,6 +68,23 @@ def test_metric_batches_sent_twice_are_stored_once_and_latest_follows_the_highes
     assert _count(backend, Metric) == 500
 
 
+def test_a_runs_last_points_are_written_with_its_end_in_one_transaction(backend):
+    rid = backend.create_run("p", params={"lr": 0.1}, tags={"team": "nlp"})
+    backend.log_metrics(rid, _points("loss", range(3)))
+    backend.end_run(rid, "finished", _points("loss", [3, 4]) + _points("acc", [4]))
+    run = backend.get_run(rid)
+    assert run.status == "finished" and run.ended_at is not None
+    assert [s for s, _, _ in backend.metric_history(rid, "loss")] == [0, 1, 2, 3, 4]
+    assert run.metrics == {"loss": 4 * 0.5, "acc": 4 * 0.5}
+    assert run.params == {"lr": 0.1} and run.tags == {"team": "nlp"}
+    # A bad last point fails the whole end: the run stays running and nothing is written.
+    other = backend.create_run("p")
+    with pytest.raises(TrackingError, match="only finite"):
+        backend.end_run(other, "finished", [MetricPoint("loss", 9, math.nan, 0.0)])
+    assert backend.get_run(other).status == "running"
+    assert backend.metric_history(other, "loss") == []
+
+
 def test_search_filters_orders_and_pages_like_the_python_oracle(backend, seed):
     rng = np.random.default_rng(seed)
     now = time.time()
@@ -289,6 +306,8 @@ BAD_INPUT = [
     (lambda b, r: b.set_tags(r, {"t": 3}), "must be a string"),
     (lambda b, r: b.end_run(r, "exploded"), "exploded"),
     (lambda b, r: b.log_metrics("0" * 32, [MetricPoint("loss", 1, 1.0, 0.0)]), "no run with id"),
+    (lambda b, r: b.end_run("0" * 32, "finished", _points("loss", [1])), "no run with id"),
+    (lambda b, r: b.end_run(r, "finished", [MetricPoint("loss", 2, math.inf, 0.0)]), "only finite"),
 ]
 
 

@@ -21,7 +21,8 @@ from reference_impls.data import (
     S3Source,
     ShardNotFoundError,
 )
-from reference_impls.data.sources import IncompleteResponseError, _S3Range, is_transient
+from reference_impls.data.s3 import _S3Range
+from reference_impls.data.sources import IncompleteResponseError, is_transient
 
 
 def client_error(code: str, status: int) -> bce.ClientError:

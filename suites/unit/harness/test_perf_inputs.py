@@ -109,7 +109,9 @@ def test_the_library_refuses_those_factors_too(project_dir: Path):
         with pytest.raises(perf.PerfError, match="cannot gate"):
             perf.gate(project_dir, "HEAD", "HEAD", factor=factor)
         with pytest.raises(perf.PerfError, match="cannot gate"):
-            perf.ci_step(project_dir, project_dir / "reports", factor=factor, echo=None)
+            perf.ci_step(
+                project_dir, project_dir / "reports", perf.PerfStepConfig(factor=factor), echo=None
+            )
     assert not (project_dir / "reports").exists()  # refused before any work
 
 
@@ -171,3 +173,28 @@ def test_ci_with_a_report_dir_that_cannot_be_created_exits_2_saying_which(
     result = invoke("ci", "--report-dir", "afile/reports")
     assert result.exit_code == 2, result.output
     assert "report directory 'afile/reports' cannot be created" in result.output
+
+
+def test_ci_with_an_unknown_measure_base_exits_2_naming_it(project_dir: Path):
+    result = invoke("ci", "--measure-base", "sometimes")
+    assert result.exit_code == 2, result.output
+    assert "'sometimes' is not one of 'never', 'missing', 'always'" in result.output
+    assert not (project_dir / "reports").exists()  # refused before any work
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ({"measure_base": "sometimes"}, "--measure-base 'sometimes' is not a choice"),
+        ({"passes": 0}, "--passes must be between 1 and"),
+        ({"ab_pairs": -1}, "--ab-pairs must be between 0 and"),
+        ({"group": "tpu"}, "--group 'tpu' is not a benchmark group"),
+        ({"bench": "time_(x"}, "'time_(x' is not a valid regular expression"),
+        ({"base_ref": "--upload-pack=x"}, "--base-ref '--upload-pack=x' is not a commit"),
+        ({"machine": "../x"}, "--machine '../x' is not a machine name"),
+    ],
+)
+def test_the_perf_step_config_refuses_a_bad_setting_naming_it(setting: dict, named: str):
+    with pytest.raises(perf.PerfError) as info:
+        perf.PerfStepConfig(**setting)
+    assert named in str(info.value)

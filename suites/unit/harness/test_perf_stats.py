@@ -202,3 +202,17 @@ def test_only_comparable_timing_rows_are_ab_candidates():
         timing_row("b.C.time_new", status="new in head, no baseline"),
     )
     assert perf.ab_candidates(report) == ["b.C.time_ok", "b.C.time_few"]
+
+
+def test_a_row_status_reaches_the_json_as_its_plain_string_and_an_unknown_one_is_refused():
+    # perf-gate.json is read by people and scripts: a status is the same string it always was.
+    report = perf.apply_ab(
+        gate_report(timing_row()),
+        {"b.C.time_x": perf.ABResult("b.C.time_x", [1e-3] * 20, [3e-3] * 20)},
+    )
+    assert report.rows[0].status is perf.RowStatus.REGRESSED
+    text = json.dumps(report.to_json())
+    assert json.loads(text)["rows"][0]["status"] == "regressed"
+    assert '"status": "regressed"' in text
+    with pytest.raises(ValueError, match="'regresed' is not a valid RowStatus"):
+        timing_row(status="regresed")

@@ -148,3 +148,53 @@ def test_changed_files_sees_commits_staged_unstaged_and_untracked_files(root):
     ]
     with pytest.raises(selection.SelectionError, match="'no-such-branch'.*--changed-since"):
         selection.merge_base(root, "no-such-branch")
+
+
+def test_a_module_that_only_a_conftest_imports_selects_the_tests_under_that_conftest(root):
+    # A server fixture's helper: the tests reach it only through their folder's conftest.py,
+    # which pytest loads for every test below it (and only for those).
+    files = {
+        "comp/server.py": "def start():\n    pass\n",
+        "suites/integration/store/conftest.py": "from comp.server import start\n",
+        "suites/integration/store/test_put.py": "def test_put(server):\n    pass\n",
+        "suites/integration/store/deep/test_get.py": "def test_get(server):\n    pass\n",
+        "suites/integration/other/test_x.py": "def test_x():\n    pass\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    sel = selection.select(root, ["comp/server.py"])
+    assert not sel.everything
+    assert sel.tests == (
+        "suites/integration/store/deep/test_get.py",
+        "suites/integration/store/test_put.py",
+    )
+
+
+@pytest.mark.parametrize("ref", ["--fork-point", "-h", "--octopus"])
+def test_a_base_ref_that_git_would_read_as_an_option_is_refused(root, ref):
+    # `git merge-base --fork-point HEAD` answers with a commit: the option would choose the
+    # base of the change instead of naming it.
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
+    with pytest.raises(selection.SelectionError, match=f"{ref!r}.*cannot start with '-'"):
+        selection.merge_base(root, ref)
+
+
+def test_a_package_run_with_python_m_by_a_string_reaches_its_main_module(root):
+    # `python -m comp.ring` runs comp/ring/__main__.py, which nothing imports.
+    (root / "comp/ring/__main__.py").write_text("from comp.ring import plan\nplan()\n")
+    (root / "suites/integration/ring").mkdir(parents=True)
+    (root / "suites/integration/ring/test_cli.py").write_text(
+        "import subprocess, sys\n"
+        "def test_cli():\n"
+        "    subprocess.run([sys.executable, '-m', 'comp.ring'], check=True)\n"
+    )
+    sel = selection.select(root, ["comp/ring/__main__.py"])
+    assert sel.tests == ("suites/integration/ring/test_cli.py",)
+
+
+def test_a_deleted_helper_beside_a_test_still_selects_the_test_that_imports_it(root):
+    # Renamed without updating its importer: the test now fails to import, so it must run.
+    (root / "suites/unit/data/helpers.py").rename(root / "suites/unit/data/shared.py")
+    changed = ["suites/unit/data/helpers.py", "suites/unit/data/shared.py"]
+    assert "suites/unit/data/test_uses_helper.py" in selection.select(root, changed).tests

@@ -1,6 +1,7 @@
 """The client's buffered logging: values are checked on the caller's thread, batches are
 written off it, a failed write surfaces on the caller's thread with nothing lost, the buffer
-is bounded, and leaving the ``with`` block flushes and ends the run."""
+is bounded, one writer thread serves a tracker's runs, and leaving the ``with`` block writes
+the last points and ends the run in one call."""
 
 from __future__ import annotations
 
@@ -36,7 +37,16 @@ class FakeBackend:
         self.batches.append(list(points))
         return len(points)
 
-    def end_run(self, run_id, status):
+    def close(self):
+        pass
+
+    def end_run(self, run_id, status, points=()):
+        # The run's last points come with its end (one transaction in the real backends).
+        self.gate.wait(30)
+        if self.fail:
+            raise RuntimeError("database is down")
+        if points:
+            self.batches.append(list(points))
         self.ended[run_id] = str(status)
 
 
@@ -124,3 +134,69 @@ def test_an_exception_in_the_block_ends_the_run_as_failed():
     assert [p.step for b in backend.batches for p in b] == [0]
     with pytest.raises(ValueError, match="flush_points"):
         Tracker(backend=backend, flush_points=0)
+
+
+def test_a_few_points_are_written_once_the_interval_passes_without_reaching_flush_points():
+    backend = FakeBackend()
+    tracker = Tracker(backend=backend, flush_points=1000, flush_interval_s=0.2)
+    run = tracker.start_run("p")
+    run.log_metrics({"a": 1.0, "b": 2.0}, step=0)
+    deadline = time.monotonic() + 30  # generous: a loaded CI machine
+    while not backend.batches and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [(p.key, p.step) for b in backend.batches for p in b] == [("a", 0), ("b", 0)]
+    assert backend.threads == {"tracking-writer"}
+    assert not backend.ended  # written by the background writer, not by the end
+    run.finish()
+    tracker.close()
+
+
+def test_the_runs_of_one_tracker_share_one_writer_thread():
+    backend = FakeBackend()
+    tracker = Tracker(backend=backend, flush_points=50, flush_interval_s=0.05)
+    runs = [tracker.start_run("p") for _ in range(6)]
+    for step in range(300):
+        for run in runs:
+            run.log_metrics({"a": step}, step=step)
+    writers = [t for t in threading.enumerate() if t.name == "tracking-writer"]
+    assert tracker._writer.thread in writers
+    for run in runs:
+        run.finish()
+    tracker.close()
+    assert backend.threads <= {"tracking-writer", "MainThread"}
+    assert not tracker._writer.thread.is_alive()  # close() stopped it
+    # Every run id is the fake's constant: 6 runs x 300 steps, each point once.
+    assert len([p for b in backend.batches for p in b]) == 6 * 300
+
+
+def test_the_last_points_are_sent_with_the_end_of_the_run_and_a_silent_run_starts_no_thread():
+    backend = FakeBackend()
+    calls = []
+    backend.log_metrics = lambda run_id, points: calls.append(len(points))  # must not be used
+    tracker = Tracker(backend=backend, flush_points=1000, flush_interval_s=30)
+    with tracker.start_run("p") as run:
+        run.log_metrics({f"m{i}": float(i) for i in range(5)}, step=0)
+    assert calls == []
+    assert [[p.key for p in b] for b in backend.batches] == [[f"m{i}" for i in range(5)]]
+    assert run.points_flushed == 5
+    quiet = Tracker(backend=FakeBackend())
+    with quiet.start_run("p"):
+        pass
+    assert quiet._writer.thread is None
+
+
+def test_a_failed_end_keeps_the_points_and_finish_can_be_called_again():
+    backend = FakeBackend()
+    tracker = Tracker(backend=backend, flush_points=1000, flush_interval_s=30)
+    run = tracker.start_run("p")
+    run.log_metrics({"a": 1.0}, step=7)
+    backend.fail = True
+    with pytest.raises(RuntimeError, match="database is down"):
+        run.finish()
+    assert backend.ended == {} and backend.batches == []
+    with pytest.raises(TrackingError, match="finished"):
+        run.log_metrics({"a": 2.0}, step=8)  # a run being ended takes no more points
+    backend.fail = False
+    run.finish()
+    assert [(p.key, p.step) for b in backend.batches for p in b] == [("a", 7)]
+    assert backend.ended == {"0" * 32: "finished"}
