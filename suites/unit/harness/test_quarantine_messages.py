@@ -354,3 +354,64 @@ def test_problems_name_expired_and_stale_entries_with_their_line_and_fix(project
         "test_gone in suites/test_m.py; remove it (harness quarantine remove "
         "'suites/test_m.py::test_gone')"
     ]
+
+
+# --- more exact messages ---------------------------------------------------------------------
+
+
+def test_a_syntax_error_gives_the_column_or_says_it_is_at_the_end(tmp_path):
+    error = error_of(write(tmp_path, '[[quarantine]]\ntest = "a.py::t"\nreason = "unterminated\n'))
+    assert (error.line, error.problem) == (
+        3,
+        "TOML syntax error at column 23: Illegal character '\\n'; fix the syntax (https://toml.io)",
+    )
+    error = error_of(write(tmp_path, "test = "))
+    assert (error.line, error.problem) == (
+        1,
+        "TOML syntax error at the end of the file: Invalid value; fix the syntax (https://toml.io)",
+    )
+
+
+def test_a_quarantine_written_as_a_string_says_so(tmp_path):
+    error = error_of(write(tmp_path, 'quarantine = "x"\n'))
+    assert error.problem == (
+        "quarantine must be written as [[quarantine]] tables (double brackets), one per entry, "
+        "not as a string; put a [[quarantine]] line above each entry's keys"
+    )
+
+
+def test_a_path_with_a_nul_byte_is_a_quarantine_error_not_a_crash(tmp_path):
+    path = tmp_path / "quarantine\0.toml"
+    with pytest.raises(q.QuarantineError) as info:
+        q.load(path)
+    assert info.value.problem == "cannot read the quarantine file: embedded null byte"
+
+
+def test_remove_suggests_every_close_entry(tmp_path):
+    path = write(
+        tmp_path,
+        entry_text("suites/unit/test_a.py::test_one")
+        + "\n"
+        + entry_text("suites/unit/test_a.py::test_onf"),
+    )
+    with pytest.raises(q.QuarantineError) as info:
+        q.remove(path, "suites/unit/test_a.py::test_onx")
+    assert info.value.problem == (
+        "no entry for 'suites/unit/test_a.py::test_onx'; did you mean "
+        "'suites/unit/test_a.py::test_onf' or 'suites/unit/test_a.py::test_one'?"
+    )
+
+
+def test_a_quarantine_error_survives_pickling_with_its_fields(tmp_path):
+    # pytest-xdist and multiprocessing carry exceptions between processes by pickling them.
+    import pickle
+
+    error = q.QuarantineError(tmp_path / "quarantine.toml", 3, "bad")
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is q.QuarantineError
+    assert (copy.path, copy.line, copy.problem, str(copy)) == (
+        error.path,
+        3,
+        "bad",
+        str(error),
+    )
