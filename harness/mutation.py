@@ -380,7 +380,8 @@ def run_module(
             f"{len(statuses)} mutants was checked, so their statuses are reported"
         )
     survivors = []
-    source = (root / posix).read_text()
+    # The copy that was mutated: the working tree may have changed during the run.
+    source = (work / posix).read_text()
     module = _module_name(str(posix))
     for name, status in statuses.items():
         if status in _REPORTED:
