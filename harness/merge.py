@@ -34,6 +34,7 @@ from typing import Any
 
 from harness import atomic
 from harness import report as _report
+from harness import shards as _shards
 
 __all__ = ["MergeResult", "ShardReport", "merge", "write"]
 
@@ -119,6 +120,15 @@ def _read(folder: Path) -> ShardReport:
                 f"{folder / 'report.json'}: not a shard's report (no shard record); "
                 "run each shard with `harness run --shard K/N`"
             )
+        elif not _valid_position(rec):
+            # Checked before anything counts 1..N: a total of 10**10 would build that list.
+            said = f"{rec.get('index')!r} of {rec.get('total')!r}" if isinstance(rec, dict) else rec
+            shard.problems.append(
+                f"{folder / 'report.json'}: its shard record says shard {said!r}, not K of N "
+                f"with 1 <= K <= N <= {_shards.MAX_SHARDS}; rerun the shard with "
+                "`harness run --shard K/N`"
+            )
+            shard.report["shard"] = None
         elif rec.get("collected") is None:
             shard.problems.append(
                 f"{folder}: {shard.label} recorded no collection (pytest stopped before collecting)"
@@ -135,6 +145,20 @@ def _read(folder: Path) -> ShardReport:
             )
         shard.problems += _inconsistencies(shard)
     return shard
+
+
+def _valid_position(rec: Any) -> bool:
+    """Whether a shard record's index and total are K of N as ``Shard`` accepts them."""
+    if not isinstance(rec, dict):
+        return False
+    k, n = rec.get("index"), rec.get("total")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (k, n)):
+        return False
+    try:
+        _shards.Shard(index=k, total=n)
+    except _shards.ShardError:
+        return False
+    return True
 
 
 def _suites(junit: ET.Element) -> list[ET.Element]:

@@ -32,6 +32,7 @@ from harness import atomic
 __all__ = [
     "ALGORITHM",
     "DURATIONS_FILE",
+    "MAX_SHARDS",
     "Shard",
     "ShardError",
     "annotate_report",
@@ -47,6 +48,11 @@ DURATIONS_FILE = ".test_durations"
 ALGORITHM = "least_duration"
 """pytest-split's algorithm: balances totals (its default, ``duration_based_chunks``, keeps
 file order but can leave one shard with most of the time when slow tests sit together)."""
+
+MAX_SHARDS = 256
+"""The most shards a run may be split into: a GitHub Actions matrix runs at most 256 jobs
+(docs/harness.md, "Shards"). pytest-split builds one list per shard before it keeps one, so an
+unbounded N (``--shard 1/10000000000``) would exhaust memory instead of failing by name."""
 
 _SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
 """K/N in ASCII digits only, as seeds are written (``\\d`` and int() accept any script's)."""
@@ -68,6 +74,11 @@ class Shard:
     def __post_init__(self) -> None:
         if self.total < 1:
             raise ShardError(f"the shard count must be >= 1, got {self.total}")
+        if self.total > MAX_SHARDS:
+            raise ShardError(
+                f"the shard count must be at most {MAX_SHARDS} (a GitHub matrix runs at most "
+                f"{MAX_SHARDS} jobs), got {self.total}"
+            )
         if not 1 <= self.index <= self.total:
             raise ShardError(
                 f"the shard index must be between 1 and {self.total}, got {self.index}"

@@ -9,6 +9,7 @@ import click
 
 from harness import merge as _merge
 from harness import report as _report
+from harness import shards as _shards
 
 
 @click.group(name="report")
@@ -36,7 +37,7 @@ Example (GitHub: each shard's artifact downloaded into reports/shards/<name>/):
 )
 @click.option(
     "--expect-shards",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=_shards.MAX_SHARDS),
     default=None,
     metavar="N",
     help="The number of shards the run was split into (default: what the shards' reports "
