@@ -152,7 +152,11 @@ def _valid_position(rec: Any) -> bool:
     if not isinstance(rec, dict):
         return False
     k, n = rec.get("index"), rec.get("total")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (k, n)):
+    if (
+        not (isinstance(k, int) and isinstance(n, int))
+        or isinstance(k, bool)
+        or isinstance(n, bool)
+    ):
         return False
     try:
         _shards.Shard(index=k, total=n)
