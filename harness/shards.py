@@ -22,8 +22,9 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "annotate_report",
     "check_durations",
     "collection_digest",
+    "origin",
     "pytest_args",
     "store_durations_args",
 ]
@@ -165,8 +167,24 @@ def collection_digest(nodeids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(sorted(nodeids)).encode()).hexdigest()
 
 
+def origin(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """Which CI run and attempt produced a shard: GitHub's ``GITHUB_RUN_ID`` and
+    ``GITHUB_RUN_ATTEMPT``, None where unset (a local run).
+
+    Re-running a failed shard job on GitHub gives it the same seed and collection, so without
+    this its green re-run would merge as if it had passed the first time; the merge compares
+    these (:mod:`harness.merge`, docs/harness.md "Re-run shards").
+    """
+    env = os.environ if environ is None else environ
+    return {
+        "run_id": env.get("GITHUB_RUN_ID") or None,
+        "run_attempt": env.get("GITHUB_RUN_ATTEMPT") or None,
+    }
+
+
 def annotate_report(report_path: Path, shard: Shard, collection_path: Path) -> dict[str, Any]:
-    """Add ``"shard"`` (K, N, the whole collection and its digest) to a shard's report.json.
+    """Add ``"shard"`` (K, N, the whole collection and its digest, and the CI run and attempt
+    it came from, :func:`origin`) to a shard's report.json.
 
     A collection file that is missing (pytest stopped before collecting) leaves
     ``collected`` as None: the merge then reports the shard as incomplete rather than guess.
@@ -181,6 +199,7 @@ def annotate_report(report_path: Path, shard: Shard, collection_path: Path) -> d
         "algorithm": ALGORITHM,
         "collected": collected,
         "digest": collection_digest(collected) if collected is not None else None,
+        "origin": origin(),
     }
     atomic.write_text(report_path, json.dumps(report, indent=2, default=str) + "\n")
     return report

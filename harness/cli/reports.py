@@ -55,6 +55,10 @@ def merge_command(folders: tuple[Path, ...], report_dir: Path, expect_shards: in
     _report.append_step_summary(result.markdown)
     click.echo(result.markdown)
     click.echo("reports: " + ", ".join(map(str, written)))
+    for line in result.report["reruns"]:
+        click.echo(f"harness report merge: re-run: {line}: failing", err=True)
+    for line in result.report["rerun_notes"]:
+        click.echo(f"harness report merge: WARNING: {line}", err=True)
     if result.problems:
         click.echo(
             f"harness report merge: the shards do not add up to one run ({len(result.problems)} "
