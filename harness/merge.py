@@ -13,7 +13,10 @@ suspicion, what the CI page shows and whether the run passes:
    of one run.
 3. The tests the shards ran add up to the collection: none missing, none run twice, none
    from outside it; and each shard's junit.xml does not show failures its report.json lacks.
-4. Then the gate itself, with the same semantics as one unsharded run: a failed or erroring
+4. The shards come from one CI run (GitHub's run id, when recorded) and one attempt of it: a
+   shard from a later attempt than the others is a re-run that may hide a failure, and fails
+   the gate (:func:`_origins`).
+5. Then the gate itself, with the same semantics as one unsharded run: a failed or erroring
    test in any shard fails it, and so does a shard whose pytest exited 1 for a reason no test
    record shows; quarantined failures are reported and do not gate; quarantine problems
    (expired or stale entries) fail it; nothing run at all fails it.
@@ -34,6 +37,7 @@ from typing import Any
 
 from harness import atomic
 from harness import report as _report
+from harness import shards as _shards
 
 __all__ = ["MergeResult", "ShardReport", "merge", "write"]
 
@@ -119,6 +123,15 @@ def _read(folder: Path) -> ShardReport:
                 f"{folder / 'report.json'}: not a shard's report (no shard record); "
                 "run each shard with `harness run --shard K/N`"
             )
+        elif not _valid_position(rec):
+            # Checked before anything counts 1..N: a total of 10**10 would build that list.
+            said = f"{rec.get('index')!r} of {rec.get('total')!r}" if isinstance(rec, dict) else rec
+            shard.problems.append(
+                f"{folder / 'report.json'}: its shard record says shard {said!r}, not K of N "
+                f"with 1 <= K <= N <= {_shards.MAX_SHARDS}; rerun the shard with "
+                "`harness run --shard K/N`"
+            )
+            shard.report["shard"] = None
         elif rec.get("collected") is None:
             shard.problems.append(
                 f"{folder}: {shard.label} recorded no collection (pytest stopped before collecting)"
@@ -135,6 +148,24 @@ def _read(folder: Path) -> ShardReport:
             )
         shard.problems += _inconsistencies(shard)
     return shard
+
+
+def _valid_position(rec: Any) -> bool:
+    """Whether a shard record's index and total are K of N as ``Shard`` accepts them."""
+    if not isinstance(rec, dict):
+        return False
+    k, n = rec.get("index"), rec.get("total")
+    if (
+        not (isinstance(k, int) and isinstance(n, int))
+        or isinstance(k, bool)
+        or isinstance(n, bool)
+    ):
+        return False
+    try:
+        _shards.Shard(index=k, total=n)
+    except _shards.ShardError:
+        return False
+    return True
 
 
 def _suites(junit: ET.Element) -> list[ET.Element]:
@@ -233,6 +264,79 @@ def _check_whole(shards: list[ShardReport], expect: int | None) -> list[str]:
     return problems
 
 
+def _origins(recorded: list[ShardReport]) -> tuple[list[str], list[str], list[str]]:
+    """(problems, reruns, notes) from where each shard came from (its CI run and attempt).
+
+    problems (exit 2): shards of different workflow runs, or some with a run id and some
+    without, or an attempt that is not a number: not parts of one run.
+    reruns (exit 1): within one run, shards from a later attempt than others. GitHub re-runs
+    a failed shard job under the same seed and collection, so a green re-run would hide the
+    first attempt's failure from the merge: the retry the quarantine design forbids.
+    notes (loud, not failing): every shard from the same attempt > 1: the whole run was
+    re-run, which is a new run of the same commit, as a new push would be (docs/harness.md,
+    "Re-run shards").
+    """
+    rows = []
+    for s in recorded:
+        o = s.record.get("origin") or {}
+        run_id = o.get("run_id") if isinstance(o, dict) else None
+        attempt = o.get("run_attempt") if isinstance(o, dict) else None
+        rows.append((s, None if run_id is None else str(run_id), attempt))
+    run_ids = sorted({r for _, r, _ in rows}, key=str)
+    if len(run_ids) > 1:
+        named = "; ".join(
+            f"{s.label} from {f'run {r}' if r else 'no CI run (no GITHUB_RUN_ID: a local run)'}"
+            for s, r, _ in rows
+        )
+        return (
+            [
+                f"the shards come from different workflow runs ({named}): merge the shards of "
+                "one run only"
+            ],
+            [],
+            [],
+        )
+    if not rows or run_ids == [None]:
+        return [], [], []  # local runs: no attempts to compare
+    run_id = run_ids[0]
+    attempts: list[tuple[ShardReport, int]] = []
+    problems = []
+    for s, _, attempt in rows:
+        text = str(attempt) if attempt is not None else ""
+        if not (text.isascii() and text.isdigit() and int(text) >= 1):
+            problems.append(
+                f"{s.label} of run {run_id} records run attempt {attempt!r}, not a number >= 1 "
+                "(GITHUB_RUN_ATTEMPT): the merge cannot tell whether it is a re-run"
+            )
+        else:
+            attempts.append((s, int(text)))
+    if problems or not attempts:
+        return problems, [], []
+    first = min(a for _, a in attempts)
+    last = max(a for _, a in attempts)
+    if first != last:
+        earliest = ", ".join(s.label for s, a in attempts if a == first)
+        reruns = [
+            f"{s.label} is from attempt {a} of run {run_id} ({earliest} from attempt {first}): "
+            "an earlier attempt of it may have failed, and a green re-run does not undo that; "
+            "look at that attempt, then quarantine what is flaky, or re-run all jobs so that "
+            "every shard is from one attempt"
+            for s, a in attempts
+            if a != first
+        ]
+        return [], reruns, []
+    if first > 1:
+        return (
+            [],
+            [],
+            [
+                f"every shard is from attempt {first} of run {run_id}: the whole run was re-run; "
+                "an earlier attempt may have failed: look at it before trusting this green"
+            ],
+        )
+    return [], [], []
+
+
 def _merged_junit(shards: list[ShardReport]) -> ET.Element:
     root = ET.Element("testsuites", {"name": "ml-harness (merged shards)"})
     totals: Counter[str] = Counter()
@@ -258,6 +362,8 @@ def merge(folders: Sequence[Path], *, expect: int | None = None) -> MergeResult:
     shards = [_read(Path(f)) for f in folders]
     shards.sort(key=lambda s: (s.record.get("index", 0), str(s.folder)))
     problems = _check_whole(shards, expect)
+    origin_problems, reruns, rerun_notes = _origins([s for s in shards if s.record])
+    problems += origin_problems
     good = [s for s in shards if s.report is not None]
     first: dict[str, Any] = (good[0].report or {}) if good else {}
     tests = [t for s in good for t in (s.report or {}).get("tests", [])]
@@ -273,7 +379,7 @@ def merge(folders: Sequence[Path], *, expect: int | None = None) -> MergeResult:
     failed_shards = [s for s in good if (s.report or {}).get("exit_status") == 1]
     if problems:
         exit_status = 2
-    elif gating or quarantine_problems or failed_shards:
+    elif gating or quarantine_problems or failed_shards or reruns:
         exit_status = 1
     elif not tests:
         exit_status = 5
@@ -301,6 +407,7 @@ def merge(folders: Sequence[Path], *, expect: int | None = None) -> MergeResult:
                 "exit_status": (s.report or {}).get("exit_status"),
                 "tests": len((s.report or {}).get("tests", [])),
                 "duration_s": (s.report or {}).get("duration_s"),
+                "origin": s.record.get("origin"),
                 "problems": s.problems,
             }
             for s in shards
@@ -315,6 +422,8 @@ def merge(folders: Sequence[Path], *, expect: int | None = None) -> MergeResult:
         and not (s.report or {}).get("quarantine", {}).get("problems")
     ]
     report["failed_shards"] = silent
+    report["reruns"] = reruns
+    report["rerun_notes"] = rerun_notes
     markdown = _markdown(report, shards, problems, silent)
     return MergeResult(passed, problems, report, _merged_junit(shards), markdown, shards)
 
@@ -323,7 +432,10 @@ def _markdown(
     report: dict[str, Any], shards: list[ShardReport], problems: list[str], silent: list[str]
 ) -> str:
     n = len([s for s in shards if s.record])
-    lines = []
+    lines = [f"- ❌ re-run: {line}" for line in report["reruns"]]
+    lines += [f"- ⚠️ re-run: {line}" for line in report["rerun_notes"]]
+    if lines:
+        lines.append("")
     if silent:
         lines += [f"- ❌ {line}" for line in silent] + [""]
     if problems:

@@ -37,6 +37,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     path = config.getoption("harness_shard_collection")
+    splits = getattr(config.option, "splits", None)  # pytest-split's --splits
+    if path and splits and 0 < len(items) < splits:
+        # Some shard would get no test and exit 5 ("nothing ran"), a red job whose reason is
+        # nowhere on it; with fewer tests than shards the split is a mistake, said by name.
+        # (An empty collection is left to exit 5 in every shard: nothing was selected at all.)
+        raise pytest.UsageError(
+            f"--shard K/{splits}: {splits} shards but only {len(items)} test(s) collected, so "
+            f"at least {splits - len(items)} shard(s) would run nothing; split into at most "
+            f"{len(items)} shards"
+        )
     # Under xdist the workers collect; each would write the same list, so only one does.
     if not path or getattr(config, "workerinput", {}).get("workerid", "gw0") != "gw0":
         return

@@ -22,8 +22,9 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,13 @@ from harness import atomic
 __all__ = [
     "ALGORITHM",
     "DURATIONS_FILE",
+    "MAX_SHARDS",
     "Shard",
     "ShardError",
     "annotate_report",
     "check_durations",
     "collection_digest",
+    "origin",
     "pytest_args",
     "store_durations_args",
 ]
@@ -47,6 +50,11 @@ DURATIONS_FILE = ".test_durations"
 ALGORITHM = "least_duration"
 """pytest-split's algorithm: balances totals (its default, ``duration_based_chunks``, keeps
 file order but can leave one shard with most of the time when slow tests sit together)."""
+
+MAX_SHARDS = 256
+"""The most shards a run may be split into: a GitHub Actions matrix runs at most 256 jobs
+(docs/harness.md, "Shards"). pytest-split builds one list per shard before it keeps one, so an
+unbounded N (``--shard 1/10000000000``) would exhaust memory instead of failing by name."""
 
 _SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
 """K/N in ASCII digits only, as seeds are written (``\\d`` and int() accept any script's)."""
@@ -68,6 +76,11 @@ class Shard:
     def __post_init__(self) -> None:
         if self.total < 1:
             raise ShardError(f"the shard count must be >= 1, got {self.total}")
+        if self.total > MAX_SHARDS:
+            raise ShardError(
+                f"the shard count must be at most {MAX_SHARDS} (a GitHub matrix runs at most "
+                f"{MAX_SHARDS} jobs), got {self.total}"
+            )
         if not 1 <= self.index <= self.total:
             raise ShardError(
                 f"the shard index must be between 1 and {self.total}, got {self.index}"
@@ -154,8 +167,24 @@ def collection_digest(nodeids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(sorted(nodeids)).encode()).hexdigest()
 
 
+def origin(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """Which CI run and attempt produced a shard: GitHub's ``GITHUB_RUN_ID`` and
+    ``GITHUB_RUN_ATTEMPT``, None where unset (a local run).
+
+    Re-running a failed shard job on GitHub gives it the same seed and collection, so without
+    this its green re-run would merge as if it had passed the first time; the merge compares
+    these (:mod:`harness.merge`, docs/harness.md "Re-run shards").
+    """
+    env = os.environ if environ is None else environ
+    return {
+        "run_id": env.get("GITHUB_RUN_ID") or None,
+        "run_attempt": env.get("GITHUB_RUN_ATTEMPT") or None,
+    }
+
+
 def annotate_report(report_path: Path, shard: Shard, collection_path: Path) -> dict[str, Any]:
-    """Add ``"shard"`` (K, N, the whole collection and its digest) to a shard's report.json.
+    """Add ``"shard"`` (K, N, the whole collection and its digest, and the CI run and attempt
+    it came from, :func:`origin`) to a shard's report.json.
 
     A collection file that is missing (pytest stopped before collecting) leaves
     ``collected`` as None: the merge then reports the shard as incomplete rather than guess.
@@ -170,6 +199,7 @@ def annotate_report(report_path: Path, shard: Shard, collection_path: Path) -> d
         "algorithm": ALGORITHM,
         "collected": collected,
         "digest": collection_digest(collected) if collected is not None else None,
+        "origin": origin(),
     }
     atomic.write_text(report_path, json.dumps(report, indent=2, default=str) + "\n")
     return report

@@ -9,6 +9,7 @@ import click
 
 from harness import merge as _merge
 from harness import report as _report
+from harness import shards as _shards
 
 
 @click.group(name="report")
@@ -36,7 +37,7 @@ Example (GitHub: each shard's artifact downloaded into reports/shards/<name>/):
 )
 @click.option(
     "--expect-shards",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=_shards.MAX_SHARDS),
     default=None,
     metavar="N",
     help="The number of shards the run was split into (default: what the shards' reports "
@@ -54,6 +55,10 @@ def merge_command(folders: tuple[Path, ...], report_dir: Path, expect_shards: in
     _report.append_step_summary(result.markdown)
     click.echo(result.markdown)
     click.echo("reports: " + ", ".join(map(str, written)))
+    for line in result.report["reruns"]:
+        click.echo(f"harness report merge: re-run: {line}: failing", err=True)
+    for line in result.report["rerun_notes"]:
+        click.echo(f"harness report merge: WARNING: {line}", err=True)
     if result.problems:
         click.echo(
             f"harness report merge: the shards do not add up to one run ({len(result.problems)} "

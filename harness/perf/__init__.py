@@ -68,6 +68,8 @@ from harness.perf.baselines import (
     default_branch_refs,
     find_baseline,
     merge_base,
+    other_baselines,
+    others_note,
     record_baseline,
     stored_baseline,
 )
@@ -154,6 +156,8 @@ __all__ = [
     "RowStatus",
     "StoredBaseline",
     "TOO_FEW_SAMPLES",
+    "other_baselines",
+    "others_note",
     "record_baseline",
     "stored_baseline",
     "ab_candidates",

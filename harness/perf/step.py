@@ -35,6 +35,7 @@ from harness.perf.baselines import (
     default_branch_refs,
     find_baseline,
     merge_base,
+    others_note,
     record_baseline,
     stored_baseline,
 )
@@ -271,6 +272,10 @@ def _ci_step(
                 f"no baseline: the {found[1]} ({found[0][:10]}) has no results in "
                 f"environment `{env}`{base_problem}"
             )
+        if measure_base != "always":
+            # A stored baseline of another machine or environment is not this one's: name it,
+            # so that "no baseline" beside a stored one is no mystery, and say it is kept.
+            reason += others_note(repo_root, machine=machine, env=env)
         recorded: StoredBaseline | None = None
         # A run with failing benchmarks is not kept: they would be "failed in base" for every
         # run against it, never gated however slow they became once fixed.

@@ -173,7 +173,8 @@ def test_a_first_run_without_a_baseline_keeps_its_results_and_the_next_run_gates
     assert (reports / "perf.md").read_text().strip() == result.markdown.strip()
     assert not (reports / "perf-gate.json").exists()
     manifest = json.loads((repo / ".asv" / "baseline" / f"{MACHINE}.json").read_text())
-    assert manifest["commit"] == head and manifest["env"] == perf.env_name()
+    [entry] = manifest["baselines"].values()  # one per environment
+    assert entry["commit"] == head and entry["env"] == perf.env_name()
     assert result.baseline_recorded == str(repo / ".asv" / "baseline")
 
     # The next run on the same commit: the working tree now does 10x the work (uncommitted).
@@ -185,7 +186,7 @@ def test_a_first_run_without_a_baseline_keeps_its_results_and_the_next_run_gates
     )
     assert again.exit_code == 1, again.markdown
     assert again.skipped_reason is None and again.baseline_recorded is None
-    assert f"Baseline: the baseline recorded on {manifest['recorded_at']}" in again.markdown
+    assert f"Baseline: the baseline recorded on {entry['recorded_at']}" in again.markdown
     assert "regressed" in again.markdown
     gate_json = json.loads((reports / "perf-gate.json").read_text())
     assert gate_json["base"] == head and gate_json["head"] == head
@@ -339,3 +340,38 @@ def test_a_first_run_whose_benchmark_failed_is_not_kept_as_the_baseline(tmp_path
     assert result.baseline_recorded is None
     assert not (repo / ".asv" / "baseline" / f"{MACHINE}.json").exists()
     assert "nothing was kept as a baseline: benchmarks failed in this run" in result.markdown
+
+
+def test_a_run_in_another_environment_names_the_stored_baseline_and_keeps_it(
+    tmp_path, no_base_ref_env
+):
+    # The stored baseline is made another environment's (as if the runner's interpreter had
+    # changed since): this run must say whose it is, and record its own beside it, not over it.
+    repo, _ = make_tiny_repo(tmp_path)
+    commit(repo, "second", readme="two\n")
+    perf.ci_step(repo, tmp_path / "r1", perf.PerfStepConfig(machine=MACHINE), echo=None)
+    env, other = perf.env_name(), "existing-py_opt_other_python3"
+    store = repo / ".asv" / "baseline"
+    manifest = json.loads((store / f"{MACHINE}.json").read_text())
+    entry = {**manifest["baselines"].pop(env), "env": other}
+    (store / f"{MACHINE}.json").write_text(json.dumps({"baselines": {other: entry}}))
+    [kept] = [p for p in (store / MACHINE).glob("*.json") if p.name != "machine.json"]
+    data = json.loads(kept.read_text())
+    kept.unlink()
+    kept = kept.with_name(f"{entry['commit'][:8]}-{other}.json")
+    kept.write_text(json.dumps({**data, "env_name": other}))
+
+    lines: list[str] = []
+    result = perf.ci_step(
+        repo, tmp_path / "r2", perf.PerfStepConfig(machine=MACHINE), echo=lines.append
+    )
+    assert result.exit_code == 0 and "no baseline" in (result.skipped_reason or "")
+    said = (
+        f"this run is machine `{MACHINE}`, environment `{env}`, and the stored baseline(s) are "
+        f"for machine `{MACHINE}`, environment `{other}`"
+    )
+    assert said in result.markdown and any(said in line for line in lines)
+    both = json.loads((store / f"{MACHINE}.json").read_text())["baselines"]
+    assert sorted(both) == sorted([env, other]) and both[other] == entry
+    assert json.loads(kept.read_text())["env_name"] == other  # its results are still there
+    assert perf.stored_baseline(repo, machine=MACHINE, env=env) is not None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from harness.cli import main
 from harness.shards import collection_digest
@@ -45,6 +45,7 @@ def shard(
     *,
     exit_status: int | None = None,
     junit: str | None = None,
+    origin: dict[str, str | None] | None = None,
 ) -> Path:
     """One shard's folder: report.json (with its shard record) and junit.xml agreeing."""
     failed = [t for t, o in outcomes.items() if o in ("failed", "error")]
@@ -62,6 +63,7 @@ def shard(
             "total": n,
             "collected": collected,
             "digest": collection_digest(collected),
+            **({"origin": origin} if origin is not None else {}),
         },
     }
     folder.mkdir(parents=True)
@@ -171,3 +173,106 @@ def test_shards_that_collected_nothing_merge_to_no_tests_ran(tmp_path: Path) -> 
     assert code == 1
     assert (report["exit_status"], report["merge_problems"]) == (5, [])
     assert "❌ no tests ran" in (tmp_path / "merged/summary.md").read_text()
+
+
+# ----------------------------------------------------------------------------- re-run shards
+# GitHub re-runs a failed shard job under the same seed and collection: without the run id
+# and attempt in each shard's record, its green re-run would merge green, a retry nobody saw.
+
+
+def _from(run_id: str | None, attempt: str | None) -> dict[str, str | None]:
+    return {"run_id": run_id, "run_attempt": attempt}
+
+
+def _merge_cli(tmp_path: Path, *folders: Path) -> tuple[Result, dict[str, Any], str]:
+    out = tmp_path / "merged"
+    result = CliRunner().invoke(
+        main, ["report", "merge", *map(str, folders), "--report-dir", str(out)]
+    )
+    report = json.loads((out / "report.json").read_text())
+    return result, report, (out / "summary.md").read_text()
+
+
+def test_a_shard_from_a_later_attempt_fails_the_merge_loudly_by_name(tmp_path: Path) -> None:
+    s1 = shard(tmp_path / "s1", 1, 2, {A: "passed"}, [A, B], origin=_from("42", "1"))
+    s2 = shard(tmp_path / "s2", 2, 2, {B: "passed"}, [A, B], origin=_from("42", "2"))
+    result, report, summary = _merge_cli(tmp_path, s1, s2)
+    assert result.exit_code == 1
+    assert (report["exit_status"], report["status"]) == (1, "failed")
+    said = "shard 2/2 is from attempt 2 of run 42 (shard 1/2 from attempt 1): an earlier attempt"
+    assert len(report["reruns"]) == 1 and report["reruns"][0].startswith(said)
+    assert summary.splitlines()[0].startswith(f"- ❌ re-run: {said}")
+    assert said in result.stderr
+    assert [row["origin"] for row in report["shards"]] == [_from("42", "1"), _from("42", "2")]
+
+
+def test_a_whole_run_re_run_passes_with_a_warning_on_every_channel(tmp_path: Path) -> None:
+    # Every shard from attempt 2: a new run of the whole commit, as a new push would be.
+    s1 = shard(tmp_path / "s1", 1, 2, {A: "passed"}, [A, B], origin=_from("42", "2"))
+    s2 = shard(tmp_path / "s2", 2, 2, {B: "passed"}, [A, B], origin=_from("42", "2"))
+    result, report, summary = _merge_cli(tmp_path, s1, s2)
+    assert result.exit_code == 0 and report["exit_status"] == 0 and report["reruns"] == []
+    said = "every shard is from attempt 2 of run 42: the whole run was re-run"
+    assert report["rerun_notes"][0].startswith(said)
+    assert summary.splitlines()[0].startswith(f"- ⚠️ re-run: {said}")
+    assert "WARNING: " + said in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "named"),
+    [
+        (_from("42", "1"), _from("43", "1"), ["shard 1/2 from run 42", "shard 2/2 from run 43"]),
+        (_from("42", "1"), None, ["shard 1/2 from run 42", "shard 2/2 from no CI run"]),
+    ],
+)
+def test_shards_of_different_runs_are_not_one_run(
+    tmp_path: Path,
+    first: dict[str, str | None],
+    second: dict[str, str | None] | None,
+    named: list[str],
+) -> None:
+    s1 = shard(tmp_path / "s1", 1, 2, {A: "passed"}, [A, B], origin=first)
+    s2 = shard(tmp_path / "s2", 2, 2, {B: "passed"}, [A, B], origin=second)
+    result, report, _ = _merge_cli(tmp_path, s1, s2)
+    assert result.exit_code == 1 and report["exit_status"] == 2
+    [problem] = report["merge_problems"]
+    assert problem.startswith("the shards come from different workflow runs")
+    assert all(name in problem for name in named), problem
+
+
+def test_an_attempt_that_is_not_a_number_is_a_merge_problem(tmp_path: Path) -> None:
+    s1 = shard(tmp_path / "s1", 1, 2, {A: "passed"}, [A, B], origin=_from("42", "1"))
+    s2 = shard(tmp_path / "s2", 2, 2, {B: "passed"}, [A, B], origin=_from("42", "two"))
+    result, report, _ = _merge_cli(tmp_path, s1, s2)
+    assert result.exit_code == 1 and report["exit_status"] == 2
+    assert report["merge_problems"] == [
+        "shard 2/2 of run 42 records run attempt 'two', not a number >= 1 (GITHUB_RUN_ATTEMPT): "
+        "the merge cannot tell whether it is a re-run"
+    ]
+
+
+def test_local_shards_without_run_ids_merge_as_before(tmp_path: Path) -> None:
+    s1 = shard(tmp_path / "s1", 1, 2, {A: "passed"}, [A, B], origin=_from(None, None))
+    s2 = shard(tmp_path / "s2", 2, 2, {B: "passed"}, [A, B])  # a record from before origins
+    result, report, _ = _merge_cli(tmp_path, s1, s2)
+    assert result.exit_code == 0 and report["reruns"] == report["rerun_notes"] == []
+
+
+def test_a_shards_report_records_the_run_and_attempt_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness import shards
+
+    report = tmp_path / "report.json"
+    for env, expected in [
+        ({"GITHUB_RUN_ID": "4242", "GITHUB_RUN_ATTEMPT": "3"}, _from("4242", "3")),
+        ({}, _from(None, None)),
+    ]:
+        monkeypatch.delenv("GITHUB_RUN_ID", raising=False)
+        monkeypatch.delenv("GITHUB_RUN_ATTEMPT", raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        report.write_text(json.dumps({"tests": []}))
+        written = shards.annotate_report(report, shards.Shard(index=1, total=2), tmp_path / "no")
+        assert written["shard"]["origin"] == expected
+        assert json.loads(report.read_text())["shard"]["origin"] == expected
