@@ -23,9 +23,11 @@ Nothing here imports pytest or mutmut: mutmut runs in its own process, as on the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import enum
+import glob
 import json
 import os
 import re
@@ -48,8 +50,11 @@ __all__ = [
     "MutationError",
     "ModuleResult",
     "Status",
+    "RunStopped",
+    "UnreadableOutput",
     "Survivor",
     "covering_tests",
+    "named_tests",
     "render_markdown",
     "run_module",
     "to_json",
@@ -77,23 +82,60 @@ class MutationError(RuntimeError):
 
 
 class Status(enum.StrEnum):
-    """A mutant's fate, as mutmut reports it. Every mutant starts ``not checked`` and ends in
-    one of the others; only ``killed`` (and ``timeout``, a mutant that made the tests hang,
-    which a test run with a deadline would notice) counts towards the score."""
+    """A mutant's fate, exactly as mutmut 3.8.1 names it (``mutmut/stats.py``,
+    ``status_by_exit_code``); a status not listed here is an error, never filed away.
+    docs/harness.md ("Mutation testing") says which count as killed and why."""
 
     KILLED = "killed"
+    """A selected test failed (pytest exit 1, or 3: an internal error)."""
+    TIMEOUT = "timeout"
+    """The tests ran past mutmut's CPU-time limit (a hang or a loop made much longer): CI's
+    per-test deadline would fail them too."""
+    SEGFAULT = "segfault"
+    """The test process died by signal (SIGSEGV, or SIGKILL: mutmut's hard stop one second
+    after the CPU-time limit): a CI run would crash on it."""
+    TYPE_CHECK = "caught by type check"
+    """mutmut's type checker (``type_check_command``) rejected the mutant: CI's mypy would."""
     SURVIVED = "survived"
     NO_TESTS = "no tests"
     """No test that was run executes the mutated function: a gap in coverage."""
-    TIMEOUT = "timeout"
     SUSPICIOUS = "suspicious"
+    """The tests exited with a code mutmut does not know: neither a pass nor a failure."""
     SKIPPED = "skipped"
+    """Excluded from mutation (``# pragma: no mutate``): not counted either way."""
     NOT_CHECKED = "not checked"
-    OTHER = "other"
+    INTERRUPTED = "check was interrupted by user"
 
 
-_COUNTS_AS_KILLED = (Status.KILLED, Status.TIMEOUT)
+_COUNTS_AS_KILLED = (Status.KILLED, Status.TIMEOUT, Status.SEGFAULT, Status.TYPE_CHECK)
 _REPORTED = (Status.SURVIVED, Status.NO_TESTS, Status.SUSPICIOUS)
+_UNFINISHED = (Status.NOT_CHECKED, Status.INTERRUPTED)
+
+
+def mutmut_version() -> str:
+    """The installed mutmut's version (named in every error about reading its output)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mutmut")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+class RunStopped(MutationError):
+    """``mutmut run`` was stopped at its time limit or killed by a signal: whatever statuses it
+    left are not a finished run, so they never yield a score."""
+
+
+class UnreadableOutput(MutationError):
+    """mutmut printed something this module cannot read (a mutmut version whose output
+    changed): a score from it would be made up, so the module is not measured."""
+
+    def __init__(self, command: str, line: str, why: str) -> None:
+        super().__init__(
+            f"cannot read the output of `{command}` of mutmut {mutmut_version()} "
+            f"(this harness reads mutmut 3.8.1's): {why}: {line!r}"
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -161,6 +203,47 @@ def covering_tests(root: Path, path: str, tiers: Sequence[str] = DEFAULT_TIERS) 
     )
 
 
+def named_tests(root: Path, patterns: Sequence[str]) -> list[str]:
+    """The test files named by ``patterns`` (paths or globs such as
+    ``suites/unit/harness/test_tolerances*.py``, relative to ``root``), instead of the import
+    graph's selection. Each must match an existing test file (``suites/.../test_*.py``) inside
+    the project; the first that does not is a MutationError naming it."""
+    top = root.resolve()
+    found: list[str] = []
+    for pattern in patterns:
+        if not pattern.strip():
+            raise MutationError(
+                "--tests: an empty path; give a test file such as suites/unit/x/test_y.py"
+            )
+        given = Path(pattern)
+        if given.is_absolute():
+            matches = (
+                [given] if not glob.has_magic(pattern) else [Path(m) for m in glob.glob(pattern)]
+            )
+        else:
+            matches = [Path(m) for m in glob.glob(pattern, root_dir=root)] or [given]
+            matches = [root / m for m in matches]
+        if glob.has_magic(pattern) and not any(m.exists() for m in matches):
+            raise MutationError(f"--tests {pattern}: the pattern matches no file under {root}")
+        for match in sorted(matches):
+            resolved = match.resolve()
+            if not resolved.is_relative_to(top):
+                raise MutationError(
+                    f"--tests {pattern}: {match} is outside the project {top}; "
+                    "name a test file of this project"
+                )
+            if not resolved.is_file():
+                raise MutationError(f"--tests {pattern}: no such file under {root}")
+            rel = resolved.relative_to(top).as_posix()
+            if not _selection._is_test_file(rel):
+                raise MutationError(
+                    f"--tests {pattern}: {rel} is not a test file "
+                    "(test files are suites/**/test_*.py or suites/**/*_test.py)"
+                )
+            found.append(rel)
+    return list(dict.fromkeys(found))
+
+
 def _project_files(root: Path) -> list[str] | None:
     """The files of the project at ``root`` as git sees them (tracked, plus untracked ones not
     ignored, so a test not yet committed is there too); None when ``root`` is not the top of a
@@ -222,24 +305,56 @@ def _prepare(root: Path, path: str, tests: Sequence[str], work: Path) -> list[st
     return also_copy
 
 
+_MUTMUT: list[str] = [sys.executable, "-m", "mutmut"]
+"""How mutmut is started: in its own process, with this interpreter (tests point it at a
+stand-in that misbehaves on purpose: a hang, output in a format this module cannot read)."""
+
+
 def _mutmut(work: Path, *args: str, stream: bool = False, timeout: float | None = None) -> str:
+    """mutmut's standard output. Its standard error is kept apart (a warning printed there must
+    not be read as a result) and quoted when it fails. On ``timeout`` the whole process group
+    is ended (mutmut's workers too, not only the parent) and the run is a MutationError."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mutmut", *args],
+    command = " ".join(("mutmut", *args))
+    proc = subprocess.Popen(
+        [*_MUTMUT, *args],
         cwd=work,
         env=env,
         stdout=None if stream else subprocess.PIPE,
-        stderr=None if stream else subprocess.STDOUT,
+        stderr=None if stream else subprocess.PIPE,
         text=True,
-        check=False,
-        timeout=timeout,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        raise RunStopped(
+            f"`{command}` in {work} was stopped at its time limit of {timeout:g} s "
+            "(raise it with --timeout, or name fewer tests with --tests)"
+        ) from None
+    except BaseException:  # Ctrl-C: leave no mutmut worker running
+        _end_group(proc)
+        raise
     if proc.returncode != 0:
-        raise MutationError(
-            f"`mutmut {' '.join(args)}` in {work} exited {proc.returncode}"
-            + (f":\n{proc.stdout[-3000:]}" if proc.stdout else " (its output is above)")
+        output = ((stdout or "") + (stderr or ""))[-3000:]
+        raise (RunStopped if proc.returncode < 0 else MutationError)(
+            f"`{command}` in {work} exited {proc.returncode}"
+            + (f":\n{output}" if output else " (its output is above)")
         )
-    return proc.stdout or ""
+    return stdout or ""
+
+
+def _end_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM mutmut's process group (its fork server then ends its workers), then SIGKILL
+    whatever of the group is left after 10 s."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=wait)
 
 
 _RESULT_LINE = re.compile(r"^\s+(\S+): (.+)$")
@@ -249,7 +364,8 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 def _parse_show(text: str) -> tuple[int | None, str, str]:
     """(line, before, after) of the first changed line in ``mutmut show``'s diff. The line is
     counted from the start of the mutated function (mutmut diffs the function alone):
-    :func:`_file_line` turns it into the file's line."""
+    :func:`_file_line` turns it into the file's line. A diff with no changed line in it is
+    :class:`UnreadableOutput`."""
     line: int | None = None
     before = after = ""
     current = None
@@ -266,6 +382,9 @@ def _parse_show(text: str) -> tuple[int | None, str, str]:
             after = row[1:].strip()
         if not row.startswith("+"):
             current += 1
+    if current is None or not (before or after):
+        first = next((r for r in text.splitlines() if r.strip()), "")
+        raise UnreadableOutput("mutmut show", first, "no `@@` hunk with a changed line in it")
     return line, before, after
 
 
@@ -308,15 +427,20 @@ def _file_line(
 
 
 def _parse_results(text: str) -> dict[str, Status]:
-    """Each mutant's status from ``mutmut results --all true`` (``    NAME: STATUS`` rows)."""
+    """Each mutant's status from ``mutmut results --all true`` (``    NAME: STATUS`` rows).
+    A row of another shape, or a status not in :class:`Status`, is :class:`UnreadableOutput`:
+    never a quiet "other" that would lower or raise the score unseen."""
     statuses: dict[str, Status] = {}
     for row in text.splitlines():
+        if not row.strip():
+            continue
         match = _RESULT_LINE.match(row)
-        if match:
-            raw = match.group(2).strip()
-            statuses[match.group(1)] = (
-                Status(raw) if raw in Status._value2member_map_ else Status.OTHER
-            )
+        if not match:
+            raise UnreadableOutput("mutmut results --all true", row, "not a `NAME: STATUS` row")
+        raw = match.group(2).strip()
+        if raw not in Status._value2member_map_:
+            raise UnreadableOutput("mutmut results --all true", row, f"unknown status {raw!r}")
+        statuses[match.group(1)] = Status(raw)
     return statuses
 
 
@@ -328,12 +452,31 @@ def _use_results_despite(error: MutationError, statuses: dict[str, Status]) -> N
     would have reported. A run that stopped early (a failing clean test run, a crash, the
     time limit) leaves mutants ``not checked``, or none at all, and must not yield a score.
     """
-    unfinished = [n for n, s in statuses.items() if s in (Status.NOT_CHECKED, Status.OTHER)]
+    unfinished = [n for n, s in statuses.items() if s in _UNFINISHED]
     if not statuses or unfinished:
         raise MutationError(
             f"{error}\n{len(unfinished)} of {len(statuses)} mutant(s) not checked"
             + (f" (first: {unfinished[0]})" if unfinished else "")
         ) from None
+
+
+def _check_complete(path: str, statuses: dict[str, Status]) -> None:
+    """Refuse a score made of nothing: no mutant at all (mutmut found nothing to change in the
+    module, or its output listed none) or mutants left unchecked after a clean exit."""
+    if not statuses:
+        raise MutationError(
+            f"{path}: mutmut {mutmut_version()} reported no mutant of it: nothing was measured "
+            "(a module with no function to mutate, or mutmut's results listed none)"
+        )
+    counted = [n for n, s in statuses.items() if s is not Status.SKIPPED]
+    if not counted:
+        raise MutationError(f"{path}: all {len(statuses)} mutant(s) skipped: nothing measured")
+    unfinished = [n for n, s in statuses.items() if s in _UNFINISHED]
+    if unfinished:
+        raise MutationError(
+            f"{path}: {len(unfinished)} of {len(statuses)} mutant(s) not checked although "
+            f"`mutmut run` exited 0 (first: {unfinished[0]}: {statuses[unfinished[0]]})"
+        )
 
 
 def run_module(
@@ -343,28 +486,36 @@ def run_module(
     *,
     jobs: int = 2,
     tiers: Sequence[str] = DEFAULT_TIERS,
+    tests: Sequence[str] | None = None,
     timeout_s: float = 3600,
     progress: Callable[[str], None] | None = None,
 ) -> ModuleResult:
-    """Mutation-test ``path`` (repository-relative) in the scratch folder ``work``."""
+    """Mutation-test ``path`` (repository-relative) in the scratch folder ``work``, against
+    ``tests`` (repository-relative test files; None: those of ``tiers`` that import it)."""
     posix = PurePosixPath(Path(path).as_posix())
     if posix.suffix != ".py" or not (root / posix).is_file():
         raise MutationError(f"{path}: no such Python file under {root}; give a module's path")
     if posix.parts[0] in ("suites",):
         raise MutationError(f"{path}: a test file; give the module it tests")
-    tests = covering_tests(root, str(posix), tiers)
-    if not tests:
-        raise MutationError(
-            f"{path}: no test file imports it, so every mutant would survive; "
-            "write a test that imports it first"
-        )
     say = progress or (lambda _msg: None)
-    say(f"{path}: {len(tests)} test file(s) cover it: {', '.join(tests[:6])}")
+    if tests is None:
+        tests = covering_tests(root, str(posix), tiers)
+        if not tests:
+            raise MutationError(
+                f"{path}: no test file imports it, so every mutant would survive; "
+                "write a test that imports it first"
+            )
+        say(f"{path}: {len(tests)} test file(s) cover it: {', '.join(tests[:6])}")
+    else:
+        tests = list(tests)
+        say(f"{path}: {len(tests)} test file(s) named with --tests: {', '.join(tests[:6])}")
     started = time.monotonic()
     _prepare(root, str(posix), tests, work)
     try:
         _mutmut(work, "run", "--max-children", str(jobs), stream=True, timeout=timeout_s)
         run_error = None
+    except RunStopped:
+        raise
     except MutationError as exc:
         run_error = exc
     try:
@@ -379,6 +530,7 @@ def run_module(
             f"{path}: warning: {' '.join(str(run_error).split())[:300]}; every one of its "
             f"{len(statuses)} mutants was checked, so their statuses are reported"
         )
+    _check_complete(path, statuses)
     survivors = []
     # The copy that was mutated: the working tree may have changed during the run.
     source = (work / posix).read_text()
@@ -432,24 +584,31 @@ def _cell(text: str) -> str:
     return "`" + text.replace("|", "\\|").replace("`", "'") + "`" if text else "-"
 
 
+def _cell_text(message: str) -> str:
+    """A message on one table row: whitespace folded, pipes escaped, at most 400 characters."""
+    return " ".join(message.split())[:400].replace("|", "\\|")
+
+
 def render_markdown(results: Sequence[ModuleResult], errors: dict[str, str]) -> str:
     """A table of scores per module, then every surviving mutant: file:line, the change."""
     lines = [
         "## Mutation testing (mutmut)",
         "",
-        "| module | score | killed | survived | no tests | other | mutants | tests | time |",
+        "| module | score | killed | survived | no tests | suspicious | mutants | tests | time |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        other = r.total - r.killed - r.counts.get("survived", 0) - r.counts.get("no tests", 0)
         score = "-" if r.score is None else f"{100 * r.score:.1f}%"
+        # How the killed ones died, when not all by a failing test: "12 (2 timeout)".
+        how = ", ".join(f"{r.counts[s]} {s}" for s in _COUNTS_AS_KILLED[1:] if r.counts.get(s, 0))
         lines.append(
-            f"| `{r.path}` | {score} | {r.killed} | {r.counts.get('survived', 0)} | "
-            f"{r.counts.get('no tests', 0)} | {other} | {r.total} | {len(r.tests)} | "
+            f"| `{r.path}` | {score} | {r.killed}{f' ({how})' if how else ''} | "
+            f"{r.counts.get(Status.SURVIVED, 0)} | {r.counts.get(Status.NO_TESTS, 0)} | "
+            f"{r.counts.get(Status.SUSPICIOUS, 0)} | {r.total} | {len(r.tests)} | "
             f"{r.seconds:.0f} s |"
         )
     for path, message in errors.items():
-        lines.append(f"| `{path}` | not measured: {' '.join(message.split())[:200]} |||||||| ")
+        lines.append(f"| `{path}` | **error**: {_cell_text(message)} |||||||| ")
     lines.append("")
     for r in results:
         if not r.survivors:

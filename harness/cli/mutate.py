@@ -20,9 +20,11 @@ console = Console(highlight=False)
     epilog=f"""\b
 With no PATH: the core modules ({len(_mutation.CORE_MODULES)}, the nightly job), one after another.
 Exit status: 0 every module measured (and at or above --min-score), 1 a module below
---min-score or one that could not be measured, 2 a PATH that is not a covered module.
+--min-score or one that could not be measured (mutmut failed, stopped at --timeout, printed
+what cannot be read, made no mutant), 2 a PATH that is not a covered module or a bad --tests.
+The reports are written in every case, each module not measured named with the reason.
 Examples:
-  harness mutate harness/tolerances.py
+  harness mutate harness/tolerances.py --tests 'suites/unit/harness/test_tolerances*.py'
   harness mutate reference_impls/collectives/simulation.py --min-score 85
 """,
 )
@@ -53,6 +55,23 @@ Examples:
     help="Only test files of these tiers run against the mutants ('' for every tier).",
 )
 @click.option(
+    "--tests",
+    "test_patterns",
+    multiple=True,
+    metavar="PATH",
+    help="Run these test files (repeatable; a quoted glob works) against the mutants instead "
+    "of every test file that imports the module: for a module imported by hundreds of tests.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=3600,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop `mutmut run` on a module after this long; that module is then an error.",
+)
+@click.option(
     "--min-score",
     type=click.FloatRange(0, 100),
     default=None,
@@ -65,6 +84,8 @@ def mutate_command(
     work_dir: Path | None,
     jobs: int,
     tiers: str,
+    test_patterns: tuple[str, ...],
+    timeout_s: float,
     min_score: float | None,
 ) -> None:
     """Mutation-test each PATH (a module of this project) against the test files that import
@@ -76,49 +97,66 @@ def mutate_command(
     root = Path.cwd()
     tier_names = [t.strip() for t in tiers.split(",") if t.strip()]
     targets = list(paths) or list(_mutation.CORE_MODULES)
-    if paths:
+    tests: list[str] | None = None
+    try:
+        if test_patterns:
+            tests = _mutation.named_tests(root, test_patterns)
         for path in paths:  # bad input fails before any slow work starts
-            try:
-                if not _mutation.covering_tests(root, Path(path).as_posix(), tier_names):
-                    raise _mutation.MutationError(
-                        f"{path}: no test file of the tiers {tiers or 'any'} imports it; "
-                        "write a test that imports it first"
-                    )
-            except _mutation.MutationError as exc:
-                raise UsageProblem(str(exc)) from None
+            posix = Path(path).as_posix()
+            if tests is not None and posix.startswith("suites/"):
+                raise _mutation.MutationError(
+                    f"{path}: a test file given as a module; an unquoted --tests glob? "
+                    "Quote it (--tests 'suites/.../test_x*.py') or repeat --tests per file"
+                )
+            if tests is None and not _mutation.covering_tests(root, posix, tier_names):
+                raise _mutation.MutationError(
+                    f"{path}: no test file of the tiers {tiers or 'any'} imports it; "
+                    "write a test that imports it first"
+                )
+            if tests is not None and not (root / posix).is_file():
+                raise _mutation.MutationError(f"{path}: no such file under {root}")
+    except _mutation.MutationError as exc:
+        raise UsageProblem(str(exc)) from None
     results: list[_mutation.ModuleResult] = []
     errors: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="harness-mutate-") as tmp:
-        scratch = work_dir or Path(tmp)
-        for i, path in enumerate(targets, 1):
-            console.rule(f"[{i}/{len(targets)}] mutmut: {path}")
-            work = scratch / Path(path).as_posix().replace("/", "__")
-            try:
-                result = _mutation.run_module(
-                    root,
-                    Path(path).as_posix(),
-                    work,
-                    jobs=jobs,
-                    tiers=tier_names,
-                    progress=console.print,
+    try:
+        with tempfile.TemporaryDirectory(prefix="harness-mutate-") as tmp:
+            scratch = work_dir or Path(tmp)
+            for i, path in enumerate(targets, 1):
+                console.rule(f"[{i}/{len(targets)}] mutmut: {path}")
+                work = scratch / Path(path).as_posix().replace("/", "__")
+                try:
+                    result = _mutation.run_module(
+                        root,
+                        Path(path).as_posix(),
+                        work,
+                        jobs=jobs,
+                        tiers=tier_names,
+                        tests=tests,
+                        timeout_s=timeout_s,
+                        progress=console.print,
+                    )
+                except Exception as exc:  # one module's failure must not lose the others'
+                    reason = str(exc)
+                    if not isinstance(exc, (_mutation.MutationError, OSError)):
+                        reason = f"crashed: {type(exc).__name__}: {exc}"
+                    errors[path] = reason
+                    console.print(f"[red]{path}: not measured[/]: {reason}")
+                    continue
+                results.append(result)
+                score = "-" if result.score is None else f"{100 * result.score:.1f}%"
+                console.print(
+                    f"{path}: score {score} ({result.killed}/{result.total} killed, "
+                    f"{len(result.survivors)} not killed) in {result.seconds:.0f} s"
                 )
-            except (_mutation.MutationError, OSError) as exc:
-                errors[path] = str(exc)
-                console.print(f"[red]{path}: not measured[/]: {exc}")
-                continue
-            results.append(result)
-            score = "-" if result.score is None else f"{100 * result.score:.1f}%"
-            console.print(
-                f"{path}: score {score} ({result.killed}/{result.total} killed, "
-                f"{len(result.survivors)} not killed) in {result.seconds:.0f} s"
-            )
-    written = _mutation.write_reports(report_dir, results, errors)
-    markdown = written[1].read_text()
-    from harness import report as _report
-
-    _report.append_step_summary(markdown)
-    click.echo(markdown)
-    console.print("reports: " + ", ".join(map(str, written)))
+    except KeyboardInterrupt:
+        done = {r.path for r in results} | set(errors)
+        for path in targets:
+            if Path(path).as_posix() not in done and path not in done:
+                errors[path] = "not measured: interrupted (Ctrl-C)"
+        _write(report_dir, results, errors)
+        raise
+    _write(report_dir, results, errors)
     low = [
         r
         for r in results
@@ -127,3 +165,17 @@ def mutate_command(
     for r in low:
         console.print(f"[red]{r.path}: score below --min-score {min_score:g}%[/]")
     sys.exit(1 if errors or low else 0)
+
+
+def _write(report_dir: Path, results: list[_mutation.ModuleResult], errors: dict[str, str]) -> None:
+    """Both reports, the markdown also to the job summary and the terminal; every module not
+    measured is listed again, red, last, so it cannot scroll by unseen."""
+    from harness import report as _report
+
+    written = _mutation.write_reports(report_dir, results, errors)
+    markdown = written[1].read_text()
+    _report.append_step_summary(markdown)
+    click.echo(markdown)
+    console.print("reports: " + ", ".join(map(str, written)))
+    for path, reason in errors.items():
+        console.print(f"[red]error: {path}: not measured[/]: {' '.join(reason.split())[:400]}")

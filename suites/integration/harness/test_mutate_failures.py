@@ -1,0 +1,118 @@
+"""`harness mutate` when one module's run goes wrong: stopped at --timeout, killed, a crash of
+the harness, mutmut output it cannot read. Each must be an error in the reports (named, with
+the reason), every other module still reported, and the command must exit non-zero.
+
+A stand-in for mutmut (a script run in its own process, as mutmut is) behaves per module as
+its name says, so each failure happens on demand and in seconds; the real mutmut runs in
+test_mutate.py. Here, not in the unit tier: the timeout case waits out a deadline of seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from harness import mutation
+from harness.cli.mutate import mutate_command
+
+FAKE_MUTMUT = r"""
+import os, signal, sys, time, tomllib
+module = tomllib.load(open("pyproject.toml", "rb"))["tool"]["mutmut"]["only_mutate"][0]
+name = module[:-3].replace("/", ".")
+command = sys.argv[1]
+if command == "run":
+    if name.endswith("hang"):
+        time.sleep(600)  # ended by the harness's --timeout, long before this
+    if name.endswith("crash"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(0)
+if command == "results":
+    if name.endswith("newformat"):
+        print(f"{name}.x_f__mutmut_1 -> killed")
+    elif not name.endswith("crash"):
+        print(f"    {name}.x_f__mutmut_1: killed\n    {name}.x_f__mutmut_2: survived")
+    sys.exit(0)
+if command == "show":
+    print(f"# {sys.argv[2]}: survived\n--- a\n+++ b\n@@ -1,2 +1,2 @@\n def f(x):")
+    print("-    return x + 1\n+    return x - 1")
+"""
+
+
+@pytest.fixture
+def fake_project(tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    modules = ("good", "hang", "crash", "newformat", "other")
+    files = {"pkg/__init__.py": "", "pyproject.toml": "[project]\nname = 'x'\n"}
+    for m in modules:
+        files[f"pkg/{m}.py"] = "def f(x):\n    return x + 1\n"
+        files[f"suites/unit/test_{m}.py"] = f"from pkg.{m} import f\n"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    fake = tmp_path / "fake_mutmut.py"
+    fake.write_text(FAKE_MUTMUT)
+    monkeypatch.setattr(mutation, "_MUTMUT", [sys.executable, str(fake)])
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    monkeypatch.chdir(root)
+    return root
+
+
+def _mutate(*args: str):
+    return CliRunner().invoke(mutate_command, [*args, "--report-dir", "out"])
+
+
+def test_a_module_stopped_at_the_timeout_or_crashing_is_an_error_and_every_report_is_written(
+    fake_project,
+):
+    # 5 s: the stand-in's good runs take well under a second even on a loaded machine, and
+    # the hanging one would sleep 600 s.
+    result = _mutate("pkg/good.py", "pkg/hang.py", "pkg/crash.py", "pkg/other.py", "--timeout", "5")
+
+    assert result.exit_code == 1, result.output
+    report = json.loads((fake_project / "out/mutation.json").read_text())
+    assert [m["path"] for m in report["modules"]] == ["pkg/good.py", "pkg/other.py"]
+    assert report["modules"][0]["score"] == 0.5
+    assert set(report["errors"]) == {"pkg/hang.py", "pkg/crash.py"}
+    assert "stopped at its time limit of 5 s" in report["errors"]["pkg/hang.py"]
+    assert "exited -9" in report["errors"]["pkg/crash.py"]
+    table = (fake_project / "out/mutation.md").read_text()
+    assert "| `pkg/hang.py` | **error**: `mutmut run --max-children 2`" in table
+
+
+def test_a_crash_of_the_harness_itself_on_one_module_is_recorded_and_the_rest_reported(
+    fake_project, monkeypatch
+):
+    def broken(*_args: object) -> None:
+        raise ValueError("a bug in reading the diff")
+
+    monkeypatch.setattr(mutation, "_file_line", broken)
+    result = _mutate("pkg/good.py")
+
+    assert result.exit_code == 1, result.output
+    report = json.loads((fake_project / "out/mutation.json").read_text())
+    assert report["errors"] == {"pkg/good.py": "crashed: ValueError: a bug in reading the diff"}
+
+
+def test_results_in_a_new_format_fail_the_command_even_without_min_score(fake_project):
+    result = _mutate("pkg/newformat.py")
+
+    assert result.exit_code == 1, result.output
+    error = json.loads((fake_project / "out/mutation.json").read_text())["errors"]
+    assert f"mutmut {mutation.mutmut_version()}" in error["pkg/newformat.py"]
+    assert "'pkg.newformat.x_f__mutmut_1 -> killed'" in error["pkg/newformat.py"]
+
+
+def test_tests_named_with_tests_are_the_ones_given_to_mutmut(fake_project, tmp_path):
+    result = CliRunner().invoke(
+        mutate_command,
+        ["pkg/good.py", "--tests", "suites/unit/test_o*.py", "--work-dir", str(tmp_path / "w")],
+    )
+
+    assert result.exit_code == 0, result.output
+    report = json.loads((fake_project / "reports/mutation/mutation.json").read_text())
+    assert report["modules"][0]["tests"] == ["suites/unit/test_other.py"]
+    pyproject = (tmp_path / "w/pkg__good.py/pyproject.toml").read_text()
+    assert 'pytest_add_cli_args_test_selection = ["suites/unit/test_other.py"]' in pyproject
