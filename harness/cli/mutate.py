@@ -24,7 +24,7 @@ Exit status: 0 every module measured (and at or above --min-score), 1 a module b
 what cannot be read, made no mutant), 2 a PATH that is not a covered module or a bad --tests.
 The reports are written in every case, each module not measured named with the reason.
 Examples:
-  harness mutate harness/tolerances.py --tests 'suites/unit/harness/test_tolerances*.py'
+  harness mutate harness/tolerances.py --tests 'suites/*/harness/test_tolerances*.py'
   harness mutate reference_impls/collectives/simulation.py --min-score 85
 """,
 )
