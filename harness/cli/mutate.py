@@ -153,7 +153,7 @@ def mutate_command(
         done = {r.path for r in results} | set(errors)
         for path in targets:
             if Path(path).as_posix() not in done and path not in done:
-                errors[path] = "not measured: interrupted (Ctrl-C)"
+                errors[path] = "interrupted (Ctrl-C)"
         _write(report_dir, results, errors)
         raise
     _write(report_dir, results, errors)
