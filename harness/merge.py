@@ -99,7 +99,8 @@ def _read(folder: Path) -> ShardReport:
     if shard.report is not None and not isinstance(shard.report, dict):
         shard.problems.append(
             f"{folder / 'report.json'}: not a JSON report (a {type(shard.report).__name__}, "
-            "not an object); rerun the shard with `harness run --shard K/N`"
+            "not an object); produce it again by running every shard (`harness run --shard "
+            "K/N`), not this one alone"
         )
         shard.report = None
     try:
@@ -128,8 +129,8 @@ def _read(folder: Path) -> ShardReport:
             said = f"{rec.get('index')!r} of {rec.get('total')!r}" if isinstance(rec, dict) else rec
             shard.problems.append(
                 f"{folder / 'report.json'}: its shard record says shard {said!r}, not K of N "
-                f"with 1 <= K <= N <= {_shards.MAX_SHARDS}; rerun the shard with "
-                "`harness run --shard K/N`"
+                f"with 1 <= K <= N <= {_shards.MAX_SHARDS}; produce it again by running every "
+                "shard (`harness run --shard K/N`), not this one alone"
             )
             shard.report["shard"] = None
         elif rec.get("collected") is None:
@@ -319,7 +320,8 @@ def _origins(recorded: list[ShardReport]) -> tuple[list[str], list[str], list[st
         reruns = [
             f"{s.label} is from attempt {a} of run {run_id} ({earliest} from attempt {first}): "
             "an earlier attempt of it may have failed, and a green re-run does not undo that; "
-            "look at that attempt, then quarantine what is flaky, or re-run all jobs so that "
+            "look at that attempt's failure: put a flaky test in quarantine.toml (with a "
+            "reason and a link), fix a broken one, then push (or re-run all jobs) so that "
             "every shard is from one attempt"
             for s, a in attempts
             if a != first
