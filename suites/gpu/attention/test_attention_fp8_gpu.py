@@ -3,12 +3,14 @@ realistic shapes, against fp32 SDPA math on the original inputs and against floa
 dequantized inputs (which isolates the kernel's own rounding from the inputs' quantization).
 
 Imported inside the fixture, as in test_attention_gpu.py: an import at collection would
-define the kernels before the unit and property suites set TRITON_INTERPRET.
+define the kernels before the unit and property suites set TRITON_INTERPRET. The shapes are
+test_attention_gpu.py's (attention_cases.py).
 """
 
 import pytest
 import torch
 import triton
+from attention_cases import CASES
 
 from harness import assert_equal, rel_error
 
@@ -37,16 +39,6 @@ pytestmark = [
 # Seen on an H200 (docs/benchmarks/attention.md) well inside both.
 FP8_VS_DEQUANT_TOL = 2.0**-4
 FP8_VS_EXACT_TOL = 2.0**-3
-
-CASES = {  # name: (B, H, Hkv, Nq, Nk, D, causal), the shapes of test_attention_gpu.py
-    "d64-n1024": (2, 16, 16, 1024, 1024, 64, False),
-    "d64-n1024-causal": (2, 16, 16, 1024, 1024, 64, True),
-    "d128-n2048": (1, 16, 16, 2048, 2048, 128, False),
-    "d128-n2048-causal": (1, 16, 16, 2048, 2048, 128, True),
-    "gqa-d128-causal": (2, 16, 4, 1024, 1024, 128, True),
-    "ragged-d96-causal": (1, 8, 8, 1000, 1531, 96, True),
-    "ragged-d64": (2, 4, 2, 777, 333, 64, False),
-}
 
 
 @pytest.fixture(scope="module")

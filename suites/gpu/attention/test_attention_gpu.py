@@ -3,9 +3,10 @@
 bitwise determinism of the latter, and speed relative to SDPA's flash backend against a stored
 baseline.
 
-reference_impls.attention is imported inside the fixture, never at module import: on a CPU
-machine this module is still collected (then skipped), and an import here would define the
-kernels before the unit and property suites set TRITON_INTERPRET.
+reference_impls.attention is imported inside the `attn` fixture, never at module import: on a
+CPU machine this module is still collected (then skipped), and an import here would define the
+kernels before the unit and property suites set TRITON_INTERPRET. The shapes are shared with
+test_attention_fp8_gpu.py (attention_cases.py).
 """
 
 import json
@@ -16,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import triton
+from attention_cases import CASES
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from harness import assert_equal, rel_error
@@ -63,17 +65,6 @@ def sdpa_math_fp32(q, k, v, causal):
             q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1]
         )
     return out, (q, k, v)
-
-
-CASES = {  # name: (B, H, Hkv, Nq, Nk, D, causal)
-    "d64-n1024": (2, 16, 16, 1024, 1024, 64, False),
-    "d64-n1024-causal": (2, 16, 16, 1024, 1024, 64, True),
-    "d128-n2048": (1, 16, 16, 2048, 2048, 128, False),
-    "d128-n2048-causal": (1, 16, 16, 2048, 2048, 128, True),
-    "gqa-d128-causal": (2, 16, 4, 1024, 1024, 128, True),
-    "ragged-d96-causal": (1, 8, 8, 1000, 1531, 96, True),
-    "ragged-d64": (2, 4, 2, 777, 333, 64, False),
-}
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
