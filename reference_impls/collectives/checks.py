@@ -169,6 +169,10 @@ def mismatch_errors(rank: int, world_size: int, device: str = "cpu") -> dict[str
     correct call made afterwards, which shows that every rank left each failed call at the
     same point (none is stuck in a transfer its peers never started).
     """
+    # Every rank finishes joining the group first: a rank that fails at once (a bad
+    # ``device``) and exits could otherwise close its sockets while a slower peer is still
+    # connecting, and that peer would fail with a connection error instead of its own.
+    dist.barrier()
     dev = torch.device(device if device != "cuda" else f"cuda:{torch.cuda.current_device()}")
     last = world_size - 1
     scenarios = {

@@ -199,9 +199,8 @@ def test_the_launcher_reports_each_failing_rank_with_its_traceback():
     with pytest.raises(LaunchError) as info:
         launch(mismatch_errors, "no-such-device", config=LaunchConfig(world_size=2))
     assert sorted(info.value.failures) == [0, 1]
-    assert all(
-        f.kind == "raised" and "no-such-device" in f.traceback for f in info.value.failures.values()
-    )
+    for f in info.value.failures.values():
+        assert f.kind == "raised" and "no-such-device" in f.traceback, f
     assert "2 of 2 ranks failed" in str(info.value)
 
 
