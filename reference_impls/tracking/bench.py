@@ -260,8 +260,10 @@ def artifacts_s3(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
     """``backend.log_artifact`` to S3 (hash pass + HEAD + upload + the reference committed)
     against boto3's ``upload_file`` of the same file with the store's TransferConfig, both
     into the same bucket (one per pair, written to once before either is timed), in pairs
-    that alternate their order. Ratio: median over pairs of boto3's time / ours. CPU is this
-    process's (the client's); SeaweedFS's own CPU is not in it."""
+    that alternate their order. Ratio: median over pairs of boto3's time / ours. CPU: this
+    process's (the client's) and, apart, the SeaweedFS process's during each side; and the
+    time of one server-side copy of the uploaded object (what uploading to a staging key and
+    copying to the content key would add), outside both sides' times."""
     from reference_impls.data.seaweedfs import SeaweedServer
     from reference_impls.tracking.artifacts import S3ArtifactStore
     from reference_impls.tracking.backend import EmbeddedBackend
@@ -276,6 +278,8 @@ def artifacts_s3(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
         plain: list[float] = []
         ours_cpu: list[float] = []
         plain_cpu: list[float] = []
+        copies: list[float] = []
+        server_cpu: dict[str, list[float]] = {"ours": [], "plain": [], "copy": []}
         for r in range(repeats):
             bucket = f"bench-{r}"
             client.create_bucket(Bucket=bucket)
@@ -292,9 +296,22 @@ def artifacts_s3(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
                 client.upload_file(str(src), bucket, "plain.bin", Config=store.transfer)
 
             for which in ("ours", "plain") if r % 2 == 0 else ("plain", "ours"):
+                s0 = _server_cpu(server)
                 wall, cpu = _cpu_timed(ours_put if which == "ours" else upload)
                 (ours if which == "ours" else plain).append(wall)
                 (ours_cpu if which == "ours" else plain_cpu).append(cpu)
+                server_cpu[which].append(_server_cpu(server) - s0)
+
+            # What a staging upload would add: a server-side copy to the content key (not
+            # part of either side's time; SeaweedFS copies the data).
+            def server_copy(bucket: str = bucket) -> None:
+                client.copy_object(
+                    Bucket=bucket, Key="copy.bin", CopySource={"Bucket": bucket, "Key": "plain.bin"}
+                )
+
+            s0 = _server_cpu(server)
+            copies.append(_timed(server_copy))
+            server_cpu["copy"].append(_server_cpu(server) - s0)
             backend.close()
     load.append(os.getloadavg()[0])
     mb = size_mb * 1.048576
@@ -304,9 +321,23 @@ def artifacts_s3(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
         "ratio": statistics.median(p / o for o, p in zip(ours, plain, strict=True)),
         "ours_client_cpu_ms": statistics.median(ours_cpu) * 1000,
         "boto3_client_cpu_ms": statistics.median(plain_cpu) * 1000,
+        "ours_server_cpu_ms": statistics.median(server_cpu["ours"]) * 1000,
+        "boto3_server_cpu_ms": statistics.median(server_cpu["plain"]) * 1000,
+        "server_side_copy_ms": statistics.median(copies) * 1000,
+        "server_side_copy_server_cpu_ms": statistics.median(server_cpu["copy"]) * 1000,
         "repeats": repeats,
         "load_1min_start_end": [round(x, 2) for x in load],
     }
+
+
+def _server_cpu(server: Any) -> float:
+    """CPU seconds the SeaweedFS process has used so far (user + system, from /proc), or 0.0
+    where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, AttributeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def artifact_table(r: dict[str, Any]) -> str:
@@ -326,7 +357,13 @@ def artifact_table(r: dict[str, Any]) -> str:
         rows.append(
             f"| S3 (SeaweedFS) | {b['ours_MBps']:,.0f} MB/s | boto3 upload_file "
             f"{b['boto3_MBps']:,.0f} MB/s | **{b['ratio']:.2f}x** ({b['repeats']} pairs) | "
-            f"{b['ours_client_cpu_ms']:,.0f} / {b['boto3_client_cpu_ms']:,.0f} (client only) |"
+            f"{b['ours_client_cpu_ms']:,.0f} / {b['boto3_client_cpu_ms']:,.0f} client, "
+            f"{b['ours_server_cpu_ms']:,.0f} / {b['boto3_server_cpu_ms']:,.0f} SeaweedFS |"
+        )
+        rows.append(
+            f"| S3 server-side copy of that object (what a staging key would add) | "
+            f"{b['server_side_copy_ms']:,.0f} ms, {b['server_side_copy_server_cpu_ms']:,.0f} ms "
+            "SeaweedFS CPU | | | |"
         )
     loads = ", ".join(f"{k} {v}" for k, v in r.get("load_average", {}).items())
     rows.append(f"\n{r['machine']}; {r['date']}; 1-minute load average: {loads}")
