@@ -47,6 +47,7 @@ from harness import selection as _selection
 
 __all__ = [
     "CORE_MODULES",
+    "CORE_MODULE_TESTS",
     "MutationError",
     "ModuleResult",
     "Status",
@@ -72,6 +73,15 @@ CORE_MODULES = (
 )
 """What ``harness mutate`` with no PATH runs (the nightly job): the modules whose mistakes the
 suites most need to catch. A path missing from this checkout is reported, not skipped."""
+
+CORE_MODULE_TESTS: dict[str, tuple[str, ...]] = {
+    # About 950 test files reach the tolerances through other modules (the attention
+    # property tests under the Triton interpreter among them): hours of mutants. Its own
+    # tests are what the score is about (docs/benchmarks/mutation.md).
+    "harness/tolerances.py": ("suites/*/harness/test_tolerances*.py",),
+}
+"""The test files (globs, as ``--tests``) a core module is measured against when
+``harness mutate`` runs with no PATH; the others use the import graph's selection."""
 
 _COPIED_FILES = ("pyproject.toml", "quarantine.toml", "setup.cfg")
 

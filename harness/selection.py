@@ -22,6 +22,18 @@ coverage-based selection such as pytest-testmon):
   anything else under ``requirements/``, ``quarantine.toml``, and every file this module cannot
   place (the workflows, the Makefile, a new top-level folder). Only documentation (``docs/``,
   ``*.md``) and benchmark-only files are known to reach no test.
+- Benchmarks are selected on a finer graph, since what a change can move is the time of the
+  code a benchmark calls, not whether its imports succeed (the tests see that): ``from pkg
+  import name`` depends on the module that defines ``name``, followed through the
+  ``from X import name`` re-exports of ``pkg/__init__.py`` (and of sub-packages), not on every
+  module the package re-exports; a name the package defines itself depends on the package's
+  own code and what that code uses; ``import pkg`` (or ``pkg`` in a string) depends on all of
+  it; conftest files do not count (asv does not load them). So a change to
+  ``reference_impls/collectives/simulation.py`` re-times ``bench_collectives`` (which calls
+  ``simulate_ring_allreduce``) but not the benchmarks that only take ``launch`` from the same
+  package. What this misses: a module-level side effect of a merely re-exported module (it
+  sets a global that changes another module's speed); the full perf job on every push to main
+  measures everything.
 
 Nothing here imports pytest.
 """
@@ -144,9 +156,12 @@ class ImportGraph:
                 if rel.name == "__init__.py":
                     self.packages.add(name)
         self.tops = {name.split(".")[0] for name in self.files}
-        self.imports: dict[str, set[str]] = {
-            name: self._imports_of(name, root / rel) for name, rel in self.files.items()
+        self._trees: dict[str, ast.Module | None] = {
+            name: self._parse(root / rel) for name, rel in self.files.items()
         }
+        self.imports: dict[str, set[str]] = {name: self._imports_of(name) for name in self.files}
+        self._reexport_cache: dict[str, dict[str, str]] = {}
+        self._perf: dict[str, set[str]] | None = None
         # pytest loads every conftest.py from a test's folder up to the root before the test,
         # so a test reaches what those import (a server fixture's helper) with no import of
         # its own: each file depends on the conftest modules of its folder and above.
@@ -176,23 +191,38 @@ class ImportGraph:
             return set()
         return {".".join(parts[: i + 1]) for i in range(len(parts))}
 
-    def _imports_of(self, name: str, path: Path) -> set[str]:
+    @staticmethod
+    def _parse(path: Path) -> ast.Module | None:
         try:
-            tree = ast.parse(path.read_bytes(), str(path))
+            return ast.parse(path.read_bytes(), str(path))
         except (SyntaxError, ValueError):
-            return set()  # the test run reports the syntax error itself
-        package = name if name in self.packages else name.rpartition(".")[0]
+            return None  # the test run reports the syntax error itself
+
+    def _package_of(self, name: str) -> str:
+        return name if name in self.packages else name.rpartition(".")[0]
+
+    @staticmethod
+    def _from_base(package: str, node: ast.ImportFrom) -> str:
+        """The module a ``from X import ...`` names, relative imports resolved."""
+        if node.level:
+            parts = package.split(".")
+            anchor = parts[: len(parts) - (node.level - 1)]
+            return ".".join([*anchor, *([node.module] if node.module else [])])
+        return node.module or ""
+
+    def _imports_of(self, name: str) -> set[str]:
+        tree = self._trees[name]
+        if tree is None:
+            return set()
+        package = self._package_of(name)
         found: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     found |= self._project(alias.name) | self._sibling(package, alias.name)
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join([*anchor, *([node.module] if node.module else [])])
-                else:
-                    base = node.module or ""
+                base = self._from_base(package, node)
+                if not node.level:
                     found |= self._sibling(package, base)
                 found |= self._project(base)
                 for alias in node.names:  # ``from pkg import module``
@@ -209,6 +239,121 @@ class ImportGraph:
                     found.add(f"{node.value}.__main__")
         found.discard(name)
         return found
+
+    # -- the benchmarks' graph: names followed through package re-exports ------------------
+
+    def _reexports(self, package: str) -> dict[str, str]:
+        """``{name: module}`` for each name the package's ``__init__`` only re-exports: bound
+        by a top-level ``from X import name`` of a project module and never used by the
+        ``__init__``'s own code (``__all__`` lists names as strings, not uses)."""
+        if package in self._reexport_cache:
+            return self._reexport_cache[package]
+        out: dict[str, str] = {}
+        tree = self._trees.get(package) if package in self.packages else None
+        if tree is not None:
+            used = {
+                n.id
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+            }
+            for node in tree.body:
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                base = self._from_base(package, node)
+                if base.split(".")[0] not in self.tops:
+                    continue
+                for alias in node.names:
+                    bound, sub = alias.asname or alias.name, f"{base}.{alias.name}"
+                    if alias.name == "*" or bound in used:
+                        continue
+                    if sub in self.files:
+                        out[bound] = sub
+                    elif base != package:  # ``from . import x`` names a submodule or fails
+                        out[bound] = base
+        self._reexport_cache[package] = out
+        return out
+
+    def _defining(self, module: str, attr: str, depth: int = 0) -> set[str]:
+        """The modules that ``from module import attr`` runs the code of, for timing: the
+        module a re-exported name comes from (followed through packages), else all of
+        ``module`` (the name is its own, or unknown: every name it re-exports too)."""
+        target = self._reexports(module).get(attr)
+        if target is None or depth > 20:
+            return {module} if attr in self._own_names(module) else self._whole(module)
+        if target in self.packages and target != module:
+            return {target} | self._defining(target, attr, depth + 1)
+        return {target}
+
+    def _own_names(self, module: str) -> set[str]:
+        """Names a module binds at its top level by its own code (def, class, assignment)."""
+        tree = self._trees.get(module)
+        names: set[str] = set()
+        for node in tree.body if tree is not None else ():
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        return names
+
+    def _whole(self, module: str) -> set[str]:
+        """``module`` with everything it re-exports (``import pkg`` gives all of it)."""
+        seen, stack = {module}, [module]
+        while stack:
+            for target in self._reexports(stack.pop()).values():
+                if target not in seen:
+                    seen.add(target)
+                    stack.append(target)
+        return seen
+
+    def _perf_imports_of(self, name: str) -> set[str]:
+        """Like :meth:`_imports_of`, but a ``from pkg import name`` depends on the module that
+        defines ``name`` (not on every module ``pkg/__init__.py`` re-exports), a package's
+        pure re-exports are not its own dependencies, and conftest files do not count (asv
+        does not load them)."""
+        tree = self._trees[name]
+        if tree is None:
+            return set()
+        package = self._package_of(name)
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    found |= self._project(alias.name) | self._sibling(package, alias.name)
+                    if alias.name.split(".")[0] in self.tops:
+                        found |= self._whole(alias.name)
+            elif isinstance(node, ast.ImportFrom):
+                base = self._from_base(package, node)
+                reexported = self._reexports(name) if name in self.packages else {}
+                if node in tree.body and all(
+                    (a.asname or a.name) in reexported for a in node.names
+                ):
+                    continue  # a pure re-export: whoever uses the name depends on its module
+                if not node.level:
+                    found |= self._sibling(package, base)
+                found |= self._project(base)
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in self.files:
+                        found.add(f"{base}.{alias.name}")
+                    elif base.split(".")[0] in self.tops:
+                        found |= self._defining(base, alias.name)
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in self.files
+            ):
+                found |= self._project(node.value) | self._whole(node.value)
+                if f"{node.value}.__main__" in self.files:
+                    found.add(f"{node.value}.__main__")
+        found.discard(name)
+        return found
+
+    def perf_reverse_closure(self, changed: Iterable[str]) -> set[str]:
+        """Every module whose timing a change to ``changed`` can move: the reverse closure
+        of the benchmarks' graph (:meth:`_perf_imports_of`)."""
+        if self._perf is None:
+            self._perf = {name: self._perf_imports_of(name) for name in self.files}
+        return _reverse_closure(self._perf, changed)
 
     def _sibling(self, folder: str, name: str) -> set[str]:
         """A bare ``import helpers`` of a file beside the importer: pytest's rootdir-relative
@@ -233,18 +378,22 @@ class ImportGraph:
 
     def reverse_closure(self, changed: Iterable[str]) -> set[str]:
         """Every module that reaches one of ``changed``."""
-        importers: dict[str, set[str]] = defaultdict(set)
-        for module, deps in self.imports.items():
-            for dep in deps:
-                importers[dep].add(module)
-        seen = set(changed)
-        stack = list(seen)
-        while stack:
-            for importer in importers.get(stack.pop(), ()):
-                if importer not in seen:
-                    seen.add(importer)
-                    stack.append(importer)
-        return seen
+        return _reverse_closure(self.imports, changed)
+
+
+def _reverse_closure(imports: Mapping[str, set[str]], changed: Iterable[str]) -> set[str]:
+    importers: dict[str, set[str]] = defaultdict(set)
+    for module, deps in imports.items():
+        for dep in deps:
+            importers[dep].add(module)
+    seen = set(changed)
+    stack = list(seen)
+    while stack:
+        for importer in importers.get(stack.pop(), ()):
+            if importer not in seen:
+                seen.add(importer)
+                stack.append(importer)
+    return seen
 
 
 def _is_test_file(rel: str) -> bool:
@@ -272,6 +421,7 @@ def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
     graph = ImportGraph(root)
     modules_by_path = {rel: name for name, rel in graph.files.items()}
     touched: set[str] = set()  # module names
+    data_touched: set[str] = set()  # modules of a package whose data file changed
     direct_tests: set[str] = set()
     unplaced: list[str] = []
     for path in changed:
@@ -297,6 +447,9 @@ def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
             package = _module_name(posix.parent / "__init__.py")
             if package in graph.packages:
                 touched.add(package)
+                # Any module of the package may read it: for the benchmarks, all of them.
+                folder = str(posix.parent) + "/"
+                data_touched |= {m for m, f in graph.files.items() if f.startswith(folder)}
                 continue
             # A data file among the tests: the test files of its folder and below.
             if path.startswith("suites/") and not path.startswith(_BENCH_DIR):
@@ -319,9 +472,12 @@ def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
     reached = graph.reverse_closure(touched)
     tests = {graph.files[m] for m in reached if m in graph.files and _is_test_file(graph.files[m])}
     tests |= {t for t in direct_tests if (root / t).is_file()}
+    # Benchmarks follow names, not packages: a benchmark that imports ``launch`` from
+    # ``pkg`` is not re-timed when ``pkg/simulation.py`` changes (ImportGraph docstring).
+    timed = graph.perf_reverse_closure(touched | data_touched)
     benches = sorted(
         m.split(".")[-1]
-        for m in reached
+        for m in timed
         if m in graph.files
         and graph.files[m].startswith(_BENCH_DIR)
         and PurePosixPath(graph.files[m]).name.startswith("bench_")

@@ -170,7 +170,9 @@ def assert_equal(
     Args:
         bitwise: also require the same bits in every leaf, where bits are the claim
             (bit-identical resume, a deterministic kernel): ``-0.0`` differs from ``0.0``
-            and NaN matches only a NaN with the same payload. Implies ``equal_nan``.
+            and NaN matches only a NaN with the same payload. Implies ``equal_nan``. With
+            ``check_dtype=False``, leaves of two dtypes pass only if their bytes are the same
+            (int64 ``0`` and float64 ``0.0`` do; ``1`` and ``1.0`` do not).
         equal_nan: let NaN match NaN.
         check_dtype, msg: as for :func:`assert_close`.
 
@@ -198,7 +200,8 @@ def assert_equal(
 
 
 def _compare_bits(actual: Any, expected: Any, path: str, msg: str | None) -> None:
-    # Called after assert_close passed: both sides have the same structure, shapes and dtypes.
+    # Called after assert_close passed: both sides have the same structure and shapes, and the
+    # same dtypes unless check_dtype=False.
     __tracebackhide__ = True
     kind = _kind(actual, path)
     if kind == "mapping":
@@ -209,19 +212,28 @@ def _compare_bits(actual: Any, expected: Any, path: str, msg: str | None) -> Non
             _compare_bits(a, e, f"{path}[{i}]", msg)
     elif kind == "leaf":
         a_bytes, e_bytes = _leaf_bytes(actual), _leaf_bytes(expected)
-        if a_bytes != e_bytes:
-            if len(a_bytes) <= 16:  # a scalar: show both bit patterns
-                line = f"Scalars are not bitwise equal: bytes {a_bytes.hex()} vs {e_bytes.hex()}"
-            else:
-                pairs = zip(a_bytes, e_bytes, strict=True)
-                first = next(i for i, (x, y) in enumerate(pairs) if x != y)
-                line = (
-                    "Tensors are not bitwise equal: the first differing byte is at offset "
-                    f"{first} of {len(a_bytes)}"
-                )
-            _fail(
-                [f"{line} (values compare equal; -0.0 vs 0.0 or NaN payloads differ)."], path, msg
+        if a_bytes == e_bytes:
+            return
+        if len(a_bytes) <= 16:  # a scalar: show both bit patterns
+            line = f"Scalars are not bitwise equal: bytes {a_bytes.hex()} vs {e_bytes.hex()}"
+        elif len(a_bytes) != len(e_bytes):  # check_dtype=False with dtypes of other sizes
+            line = (
+                f"Tensors are not bitwise equal: actual has {len(a_bytes)} bytes, "
+                f"expected {len(e_bytes)}"
             )
+        else:
+            pairs = zip(a_bytes, e_bytes, strict=True)
+            first = next(i for i, (x, y) in enumerate(pairs) if x != y)
+            line = (
+                "Tensors are not bitwise equal: the first differing byte is at offset "
+                f"{first} of {len(a_bytes)}"
+            )
+        a_dtype, e_dtype = _to_leaf(actual, path)[1], _to_leaf(expected, path)[1]
+        if a_dtype == e_dtype:
+            why = "-0.0 vs 0.0 or NaN payloads differ"
+        else:
+            why = f"the dtypes differ: {a_dtype} and {e_dtype}"
+        _fail([f"{line} (values compare equal; {why})."], path, msg)
 
 
 def _leaf_bytes(x: Any) -> bytes:
@@ -274,18 +286,18 @@ def rel_error(a: Any, b: Any) -> float:
     same_inf = np.isinf(y) & (x == y)
     if same_inf.any():
         x, y = x[~same_inf], y[~same_inf]
+    if np.isinf(x).any() or np.isinf(y).any():  # a complex one may be inf in one part only
+        return math.inf
     if max(_peak(x), _peak(y)) > np.finfo(np.float64).max / 2:
         # x - y could overflow. The ratio does not change when both are halved, which is
         # exact at these magnitudes.
         x, y = x / 2, y / 2
-    with np.errstate(invalid="ignore", over="ignore"):
-        num = _norm2(x - y)
-    den = _norm2(y)
-    if num == math.inf:  # an unmatched infinity; inf / ||b|| would be nan when b holds it
-        return math.inf
-    if den == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return float(num / den)
+    # Each norm as peak * root, so that neither is formed: ||x - y|| alone can pass the
+    # float64 range (two elements of 1.6e308) when the ratio does not.
+    (num_peak, num_root), (den_peak, den_root) = _norm2_parts(x - y), _norm2_parts(y)
+    if den_peak == 0.0:
+        return 0.0 if num_peak == 0.0 else math.inf
+    return float(num_peak / den_peak * (num_root / den_root))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,12 +477,16 @@ def _peak(x: np.ndarray) -> float:
     return float(np.abs(x).max(initial=0.0))
 
 
-def _norm2(x: np.ndarray) -> float:
-    # Scale by the largest magnitude first: squaring values above ~1e154 would overflow to inf.
+def _norm2_parts(x: np.ndarray) -> tuple[float, float]:
+    """``(peak, root)`` with ``||x||_2 == peak * root`` and ``1 <= root <= sqrt(x.size)``.
+
+    ``x`` is finite. Scaled by the largest magnitude first: squaring values above ~1e154 would
+    overflow to inf, and the product itself can pass the float64 range.
+    """
     peak = _peak(x)
-    if peak == 0.0 or not math.isfinite(peak):
-        return peak
-    return peak * float(np.sqrt(np.sum(np.square(np.abs(x) / peak))))
+    if peak == 0.0:
+        return 0.0, 1.0
+    return peak, float(np.sqrt(np.sum(np.square(np.abs(x) / peak))))
 
 
 # ---------------------------------------------------------------------------------------------

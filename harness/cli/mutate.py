@@ -18,7 +18,8 @@ console = Console(highlight=False)
 @click.command(
     name="mutate",
     epilog=f"""\b
-With no PATH: the core modules ({len(_mutation.CORE_MODULES)}, the nightly job), one after another.
+With no PATH: the core modules ({len(_mutation.CORE_MODULES)}, the nightly job), one after another,
+  harness/tolerances.py against its own test files (as with --tests).
 Exit status: 0 every module measured (and at or above --min-score), 1 a module below
 --min-score or one that could not be measured (mutmut failed, stopped at --timeout, printed
 what cannot be read, made no mutant), 2 a PATH that is not a covered module or a bad --tests.
@@ -117,13 +118,24 @@ def mutate_command(
                 raise _mutation.MutationError(f"{path}: no such file under {root}")
     except _mutation.MutationError as exc:
         raise UsageProblem(str(exc)) from None
+    # With no PATH (the nightly job), a core module may name its own tests.
+    tests_for: dict[str, list[str] | None] = dict.fromkeys(targets, tests)
     results: list[_mutation.ModuleResult] = []
     errors: dict[str, str] = {}
+    if not paths and tests is None:
+        for path, patterns in _mutation.CORE_MODULE_TESTS.items():
+            try:
+                tests_for[path] = _mutation.named_tests(root, patterns)
+            except _mutation.MutationError as exc:  # never hours of the import graph instead
+                errors[path] = f"its own tests ({', '.join(patterns)}) are gone: {exc}"
     try:
         with tempfile.TemporaryDirectory(prefix="harness-mutate-") as tmp:
             scratch = work_dir or Path(tmp)
             for i, path in enumerate(targets, 1):
                 console.rule(f"[{i}/{len(targets)}] mutmut: {path}")
+                if path in errors:
+                    console.print(f"[red]{path}: not measured[/]: {errors[path]}")
+                    continue
                 work = scratch / Path(path).as_posix().replace("/", "__")
                 try:
                     result = _mutation.run_module(
@@ -132,7 +144,7 @@ def mutate_command(
                         work,
                         jobs=jobs,
                         tiers=tier_names,
-                        tests=tests,
+                        tests=tests_for.get(path, tests),
                         timeout_s=timeout_s,
                         progress=console.print,
                     )

@@ -116,3 +116,25 @@ def test_tests_named_with_tests_are_the_ones_given_to_mutmut(fake_project, tmp_p
     assert report["modules"][0]["tests"] == ["suites/unit/test_other.py"]
     pyproject = (tmp_path / "w/pkg__good.py/pyproject.toml").read_text()
     assert 'pytest_add_cli_args_test_selection = ["suites/unit/test_other.py"]' in pyproject
+
+
+def test_with_no_path_a_core_module_runs_against_its_own_tests_and_a_gone_one_is_an_error(
+    fake_project, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(mutation, "CORE_MODULES", ("pkg/good.py", "pkg/other.py"))
+    monkeypatch.setattr(
+        mutation,
+        "CORE_MODULE_TESTS",
+        {"pkg/good.py": ("suites/unit/test_o*.py",), "pkg/other.py": ("suites/gone/test_*.py",)},
+    )
+    result = CliRunner().invoke(
+        mutate_command, ["--work-dir", str(tmp_path / "w"), "--report-dir", "out"]
+    )
+
+    # good ran against the named file, not the one that imports it; other's named tests are
+    # gone: an error (never hours of the import graph's selection in its place), exit 1.
+    assert result.exit_code == 1, result.output
+    report = json.loads((fake_project / "out/mutation.json").read_text())
+    assert [m["path"] for m in report["modules"]] == ["pkg/good.py"]
+    assert report["modules"][0]["tests"] == ["suites/unit/test_other.py"]
+    assert "its own tests (suites/gone/test_*.py) are gone" in report["errors"]["pkg/other.py"]

@@ -101,3 +101,14 @@ def test_rel_error_times_the_reference_norm_is_symmetric(data):
     # ||a - b|| is the same from either side; only the reference norm changes.
     assert rel_error(a, b) * norm_b == pytest.approx(rel_error(b, a) * norm_a, rel=1e-9)
     assert not math.isnan(rel_error(a, b))
+
+
+@FAST
+@given(finite_arrays())
+def test_rel_error_of_the_negation_is_exactly_two_over_the_whole_float64_range(x):
+    # ||x - (-x)|| / ||-x|| = 2, exact in binary at every magnitude: the norms are formed as
+    # peak * root, and both sides share the roots. The whole range is drawn on purpose: two
+    # elements near the float64 maximum made ||x - (-x)|| overflow to inf before the fix.
+    if not np.any(x):
+        return  # ||x|| == 0 has its own rule, tested in the unit tests
+    assert rel_error(x, -x) == 2.0

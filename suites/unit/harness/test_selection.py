@@ -198,3 +198,78 @@ def test_a_deleted_helper_beside_a_test_still_selects_the_test_that_imports_it(r
     (root / "suites/unit/data/helpers.py").rename(root / "suites/unit/data/shared.py")
     changed = ["suites/unit/data/helpers.py", "suites/unit/data/shared.py"]
     assert "suites/unit/data/test_uses_helper.py" in selection.select(root, changed).tests
+
+
+# The benchmarks' graph follows names through a package's re-exports: a benchmark times the
+# code it calls, so a change to a sibling module the package merely re-exports does not
+# re-run it (the tests still run: an import error there breaks them).
+BENCH_PROJECT = {
+    "pkg/__init__.py": (
+        "from pkg.launcher import launch\n"
+        "from pkg.sim import simulate\n"
+        "from pkg.sub import deep\n"
+        "from pkg.core import setup\n"
+        "VERSION = 3\n"
+        "setup()\n"  # used by the package's own code: a real dependency of the package
+        "__all__ = ['launch', 'simulate', 'deep', 'VERSION']\n"
+    ),
+    "pkg/launcher.py": "def launch():\n    pass\n",
+    "pkg/sim.py": "def simulate():\n    pass\n",
+    "pkg/core.py": "def setup():\n    pass\n",
+    "pkg/table.toml": "n = 1\n",
+    "pkg/sub/__init__.py": "from pkg.sub.impl import deep\n",
+    "pkg/sub/impl.py": "def deep():\n    pass\n",
+    "pkg/sub/other.py": "def other():\n    pass\n",
+    "suites/unit/test_launch.py": "from pkg import launch\n",
+    "suites/benchmarks/__init__.py": "",
+    "suites/benchmarks/bench_launch.py": "from pkg import launch\n",
+    "suites/benchmarks/bench_sim.py": "from pkg import simulate\n",
+    "suites/benchmarks/bench_deep.py": "from pkg import deep\n",
+    "suites/benchmarks/bench_version.py": "from pkg import VERSION\n",
+    "suites/benchmarks/bench_whole.py": "import pkg\n",
+    "suites/benchmarks/bench_by_string.py": "MODULE = 'pkg'\n",
+}
+
+
+@pytest.fixture
+def bench_root(tmp_path: Path) -> Path:
+    for rel, text in BENCH_PROJECT.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+# What imports the whole package: every change below the package reaches these.
+WHOLE = ("bench_by_string", "bench_whole")
+
+
+@pytest.mark.parametrize(
+    ("changed", "benchmarks"),
+    [
+        # A module re-exported by the package: only the benchmarks that use its names.
+        ("pkg/sim.py", ("bench_sim", *WHOLE)),
+        ("pkg/launcher.py", ("bench_launch", *WHOLE)),
+        # Followed through a sub-package's own re-export to the defining module.
+        ("pkg/sub/impl.py", ("bench_deep", *WHOLE)),
+        ("pkg/sub/other.py", ()),
+        # The package's own code (VERSION, the setup() call) runs for every name taken from it.
+        ("pkg/__init__.py", ("bench_deep", "bench_launch", "bench_sim", "bench_version", *WHOLE)),
+        ("pkg/core.py", ("bench_deep", "bench_launch", "bench_sim", "bench_version", *WHOLE)),
+        # A data file: any module of the package may read it.
+        ("pkg/table.toml", ("bench_deep", "bench_launch", "bench_sim", "bench_version", *WHOLE)),
+    ],
+)
+def test_benchmarks_follow_the_names_they_import_through_package_re_exports(
+    bench_root, changed, benchmarks
+):
+    sel = selection.select(bench_root, [changed])
+    assert sel.benchmarks == tuple(sorted(benchmarks))
+
+
+def test_a_re_exported_module_still_selects_every_test_that_imports_its_package(bench_root):
+    # Tests keep the package-level graph: pkg/__init__ imports pkg.sim, so an import error
+    # there fails test_launch even though launch itself does not use it.
+    sel = selection.select(bench_root, ["pkg/sim.py"])
+    assert sel.tests == ("suites/unit/test_launch.py",)
+    assert "bench_launch" not in sel.benchmarks

@@ -5,6 +5,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -591,3 +592,193 @@ def test_a_failure_points_at_the_test_not_inside_the_harness(pytester):
     text = result.stdout.str()
     assert "harness/tolerances.py" not in text, "a tolerances.py frame was shown"
     result.stdout.fnmatch_lines(["*assert_close([[]1.0], [[]2.0])*", "*bitwise=True)*"])
+
+
+# --- what mutation testing found untested --------------------------------------------------------
+# Each test below fails on a mutant of harness/tolerances.py that the tests above let survive
+# (docs/benchmarks/mutation.md lists them).
+
+
+def test_assert_equal_does_not_let_nan_match_nan_unless_asked():
+    nan = np.array([math.nan, 1.0])
+    with pytest.raises(AssertionError, match="pass equal_nan=True if NaN should match NaN"):
+        assert_equal(nan, nan.copy())
+    assert_equal(nan, nan.copy(), equal_nan=True)
+
+
+def test_assert_equal_puts_msg_before_the_report():
+    with pytest.raises(AssertionError) as info:
+        assert_equal([1, 2], [1, 3], msg="token ids")
+    assert str(info.value).startswith("token ids\n\nScalars are not equal!")
+
+
+def test_a_top_level_bitwise_failure_is_reported_whole_without_a_location():
+    with pytest.raises(AssertionError) as info:
+        assert_equal(0.0, -0.0, bitwise=True)
+    assert str(info.value) == (
+        "Scalars are not bitwise equal: bytes 0000000000000000 vs 0000000000000080 "
+        "(values compare equal; -0.0 vs 0.0 or NaN payloads differ)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "where"),
+    [
+        ({"w": 0.0}, {"w": -0.0}, "actual['w']"),
+        ([1, (2, 0.0)], [1, (2, -0.0)], "actual[1][1]"),
+        (0.0, -0.0, None),
+    ],
+)
+def test_a_bitwise_failure_carries_msg_and_names_its_path(actual, expected, where):
+    with pytest.raises(AssertionError) as info:
+        assert_equal(actual, expected, bitwise=True, msg="resumed state")
+    message = str(info.value)
+    assert message.startswith("resumed state\n\nScalars are not bitwise equal: bytes ")
+    if where is None:
+        assert "The failure occurred" not in message
+    else:
+        assert message.endswith(f"\n\nThe failure occurred at {where}.")
+
+
+def test_a_sixteen_byte_leaf_shows_both_bit_patterns():
+    # complex128 is 16 bytes: the largest leaf still shown as two bit patterns.
+    with pytest.raises(AssertionError) as info:
+        assert_equal(complex(0.0, 1.0), complex(-0.0, 1.0), bitwise=True)
+    one = "000000000000f03f"  # 1.0 in little-endian float64
+    assert str(info.value).startswith(
+        f"Scalars are not bitwise equal: bytes 0000000000000000{one} vs 0000000000000080{one} "
+    )
+
+
+def test_a_larger_leaf_names_the_first_differing_byte_instead():
+    a = torch.zeros(5)  # 20 bytes
+    b = a.clone()
+    b[0] = -0.0  # the sign bit of element 0: byte 3 in little-endian order
+    with pytest.raises(AssertionError) as info:
+        assert_equal(a, b, bitwise=True)
+    assert str(info.value) == (
+        "Tensors are not bitwise equal: the first differing byte is at offset 3 of 20 "
+        "(values compare equal; -0.0 vs 0.0 or NaN payloads differ)."
+    )
+
+
+def test_bitwise_with_dtypes_of_other_sizes_is_a_failure_not_a_crash():
+    # check_dtype=False lets an int8 array (17 bytes) equal a float16 one (34 bytes) by value;
+    # their bytes cannot be the same. This used to raise ValueError from zip(strict=True).
+    with pytest.raises(AssertionError) as info:
+        assert_equal(
+            np.zeros(17, np.int8), np.zeros(17, np.float16), check_dtype=False, bitwise=True
+        )
+    assert str(info.value) == (
+        "Tensors are not bitwise equal: actual has 17 bytes, expected 34 "
+        "(values compare equal; the dtypes differ: int8 and float16)."
+    )
+
+
+def test_bitwise_across_dtypes_compares_the_bytes_as_they_are():
+    assert_equal(0, 0.0, check_dtype=False, bitwise=True)  # int64 0 and float64 0.0: all zero
+    with pytest.raises(AssertionError) as info:
+        assert_equal(True, 1, check_dtype=False, bitwise=True)
+    assert str(info.value) == (
+        "Scalars are not bitwise equal: bytes 01 vs 0100000000000000 "
+        "(values compare equal; the dtypes differ: bool and int64)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("zero", "negative_zero"),
+    [(complex(0.0, 0.0), complex(-0.0, 0.0)), (0.0, -0.0)],
+    ids=["complex", "float"],
+)
+def test_python_scalars_are_compared_by_their_bits(zero, negative_zero):
+    assert_equal([zero, 7, True], [zero, 7, True], bitwise=True)
+    with pytest.raises(AssertionError, match="not bitwise equal"):
+        assert_equal(zero, negative_zero, bitwise=True)
+
+
+@pytest.mark.parametrize(
+    ("make", "offset"),
+    [
+        # bfloat16 has no NumPy dtype; element 1's sign bit is its high byte: offset 3.
+        (lambda: torch.zeros(10, dtype=torch.bfloat16), 3),
+        # NumPy refuses a tensor that requires grad; float32 element 1's high byte: offset 7.
+        (lambda: torch.zeros(10, requires_grad=True), 7),
+    ],
+    ids=["bfloat16", "requires_grad"],
+)
+def test_bitwise_reads_the_bits_of_tensors_numpy_cannot_take(make, offset):
+    a = make()
+    assert_equal(a, make(), bitwise=True)
+    b = make().detach().clone()
+    b[1] = -0.0
+    with pytest.raises(AssertionError, match=f"first differing byte is at offset {offset} of"):
+        assert_equal(a, b, bitwise=True)
+
+
+def test_a_type_mismatch_names_a_non_builtin_type_with_its_module():
+    message = message_of([1.0], np.zeros(1))
+    assert message == "type mismatch: actual is list, expected is numpy.ndarray"
+
+
+def test_bools_are_reported_as_bools():
+    assert message_of(True, False).splitlines()[:3] == [
+        "Scalars are not equal!",
+        "",
+        "Expected False but got True.",
+    ]
+
+
+def test_uint64_and_int64_values_above_2_to_the_53_are_equal_without_check_dtype():
+    # float64 cannot tell 2**53 + 1 from 2**53: the comparison must stay in integers.
+    big = 2**53 + 1
+    assert_close(np.array([big], np.uint64), np.array([big], np.int64), check_dtype=False)
+    assert_close(np.array([big], np.int64), np.array([big], np.uint64), check_dtype=False)
+
+
+@pytest.mark.parametrize("side", ["actual", "expected"])
+def test_mixed_integer_dtypes_report_the_exact_difference_above_2_to_the_53(side):
+    big, small = np.array([2**53 + 1], np.int64), np.array([0], np.int32)
+    actual, expected = (big, small) if side == "actual" else (small, big)
+    message = message_of(actual, expected, check_dtype=False)
+    assert f"Greatest absolute difference: {2**53 + 1} at index (0,)" in message
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "message"),
+    [
+        ("1.0", 1.0, "expected a tensor, array or number, got str (at a)"),
+        (1.0, [1.0], "expected a tensor, array or number, got list (at b)"),
+    ],
+)
+def test_rel_error_names_which_argument_has_the_unsupported_type(a, b, message):
+    with pytest.raises(TypeError) as info:
+        rel_error(a, b)
+    assert str(info.value) == message
+
+
+def test_rel_error_with_nan_against_zero_is_nan_not_infinite():
+    assert math.isnan(rel_error(np.array([math.nan, 0.0]), np.zeros(2)))
+    assert math.isnan(rel_error(np.zeros(2), np.array([0.0, math.nan])))
+
+
+def test_rel_error_of_a_difference_whose_norm_passes_the_float64_range_is_finite():
+    # ||a - b|| = 1.6e308 * sqrt(2) is past float64's 1.8e308; the ratio is exactly 2.
+    # This returned inf while ||a - b|| was formed before dividing.
+    a = np.array([8e307, 8e307])
+    assert rel_error(a, -a) == 2.0
+    assert rel_error(a[:1], -a[:1]) == 2.0
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (complex(math.inf, 0.0), complex(math.inf, 1.0)),  # inf - inf in the real part
+        (complex(math.inf, 0.0), complex(1.0, 0.0)),
+        (complex(1.0, 0.0), complex(0.0, -math.inf)),
+    ],
+)
+def test_rel_error_with_an_unmatched_complex_infinity_is_infinite(a, b):
+    # The first was nan when both real parts were inf; each case made NumPy warn.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rel_error(np.array([a, 1.0]), np.array([b, 1.0])) == math.inf
