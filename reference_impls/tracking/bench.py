@@ -2,6 +2,7 @@
 
     python -m reference_impls.tracking.bench --mlflow-python /tmp/mlflowenv/bin/python
     python -m reference_impls.tracking.bench --quick --no-postgres --no-s3   # a smoke run
+    python -m reference_impls.tracking.bench --artifacts-only --artifact-mb 128 --artifact-repeats 9
 
 MLflow is never a dependency of this project: it is measured in its own interpreter
 (``--mlflow-python``, a throwaway venv with ``pip install mlflow``) by the script in
