@@ -563,11 +563,18 @@ class S3ArtifactStore:
         """Hash (with a CRC32 of every part), then upload unless the object exists, each part
         carrying the CRC32 of the bytes that were hashed (see the module docstring and
         LocalArtifactStore.put_file); ``progress(n)`` after every n bytes uploaded."""
+        from s3transfer.utils import ChunksizeAdjuster  # type: ignore[import-untyped]
+
         with open(path, "rb", buffering=0) as src:
             before = os.fstat(src.fileno())
             size = before.st_size
             single = size < self.transfer.multipart_threshold
-            part = max(size, 1) if single else self.transfer.multipart_chunksize
+            # As boto3's managed transfer does: parts of at least 5 MiB, at most 10,000 of them.
+            part = (
+                max(size, 1)
+                if single
+                else ChunksizeAdjuster().adjust_chunksize(self.transfer.multipart_chunksize, size)
+            )
             sha, got, crcs = hash_parts(src, part)
             if got != size:
                 raise ArtifactError(f"{path} changed while it was being stored; log it again")

@@ -89,3 +89,19 @@ def test_a_failure_midway_aborts_the_multipart_upload(s3_store, tmp_path):
         s3_store.put_file(src, progress=fail)
     assert list(s3_store.list_objects()) == []
     assert _uploads_in_flight(s3_store) == []
+
+
+def test_parts_smaller_than_s3_allows_are_raised_to_5_mib_as_boto3_does(s3_server, tmp_path):
+    # S3 refuses parts under 5 MiB (but the last) and more than 10,000 parts; boto3's managed
+    # transfer raises the part size to fit, and so must the store's own upload.
+    client = s3_server.client()
+    client.create_bucket(Bucket="t-small-parts")
+    store = S3ArtifactStore(
+        "t-small-parts", client=client, multipart_threshold=MiB, multipart_chunksize=MiB
+    )
+    data = np.random.default_rng(3).bytes(6 * MiB + 1)
+    sha, _, _ = store.put_file(_write(tmp_path / "src.bin", data))
+    head = client.head_object(Bucket="t-small-parts", Key=store.key(sha))
+    assert head["ETag"].strip('"').endswith("-2")  # 5 MiB + (1 MiB + 1 byte), not 7 parts
+    got = client.get_object(Bucket="t-small-parts", Key=store.key(sha))["Body"].read()
+    assert got == data
