@@ -15,7 +15,8 @@ Two backends with one interface:
     plain copy: docs/benchmarks/tracking.md.
 ``S3ArtifactStore(bucket, ...)``  ``s3://bucket/prefix/objects/ab/abcdef...`` through boto3.
     The object's key is its hash, so the source is read once before the upload: the pass
-    computes the sha256 and a CRC32 of every part (on a second thread, at no extra wall time).
+    computes the sha256 and a CRC32 of every part (each on a thread of its own, so with a core
+    free the pass takes as long as the sha256 alone).
     An existing object is not uploaded again. A new one is sent with the TransferConfig's part
     size, threshold and concurrency (a single PUT below ``multipart_threshold``, else a
     multipart upload, visible only once complete), every part with its CRC32 from that pass:
