@@ -14,9 +14,18 @@ Two backends with one interface:
     object already exists the temporary file is dropped (deduplication). Speed against a
     plain copy: docs/benchmarks/tracking.md.
 ``S3ArtifactStore(bucket, ...)``  ``s3://bucket/prefix/objects/ab/abcdef...`` through boto3.
-    The source is hashed first (a local read is ~20x faster than an upload here), an existing
-    object is not uploaded again, a new one goes through boto3's managed transfer (multipart
-    above ``multipart_threshold``), which the server makes visible only once complete.
+    The object's key is its hash, so the source is read once before the upload: the pass
+    computes the sha256 and a CRC32 of every part (each on a thread of its own, so with a core
+    free the pass takes as long as the sha256 alone).
+    An existing object is not uploaded again. A new one is sent with the TransferConfig's part
+    size, threshold and concurrency (a single PUT below ``multipart_threshold``, else a
+    multipart upload, visible only once complete), every part with its CRC32 from that pass:
+    the server checks each part against it, so the stored bytes are the hashed bytes even if
+    the file is edited in between (then BadDigest: the upload is aborted, ArtifactError). The
+    CRC32s replace the ones boto3 would otherwise compute, so the only extra work against a
+    plain ``upload_file`` is the sha256 itself (docs/benchmarks/tracking.md). A server-side
+    copy from a staging key (to overlap the hash with the upload) was measured and dropped:
+    SeaweedFS copies the data, which costs several times the hash.
 
 Downloads are verified: bytes are hashed while they are written to ``dest.part`` and renamed
 to ``dest`` only if their sha256 and size match the reference; otherwise ArtifactError.
@@ -26,13 +35,16 @@ multipart uploads) are listed by :meth:`list_objects` / :meth:`cleanup_partials`
 by collection (retention.py), which decides what is referenced.
 
 Over 500 lines, one concern: bytes in and out of a content-addressed store. The two backends
-share one interface and one verification of downloads, and the local put's read-once
-pipeline (hash and write from the same buffers) lives next to the store that relies on it.
+share one interface and one verification of downloads, and each put's read-once pass (the
+local one hashes and writes from the same buffers; the S3 one hashes and takes the parts'
+CRC32s) lives next to the store that relies on it.
 """
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -44,6 +56,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +104,81 @@ def sha256_file(
             if progress is not None:
                 progress(n)
     return h.hexdigest(), size
+
+
+def hash_parts(src: BinaryIO, part: int) -> tuple[str, int, list[int]]:
+    """One read pass over ``src``: (sha256 hex digest, bytes, CRC32 of every ``part``-byte
+    part, the last one possibly shorter; one CRC32, of nothing, for an empty source).
+
+    The sha256 names the object; the CRC32s go with the upload's parts, so the server checks
+    that each part holds the bytes this pass hashed. The sha256 and the CRC32s each run on a
+    thread of their own, in chunk order (hashlib and zlib release the GIL), while the next
+    chunk is read into another of three reused buffers: with a core free the pass takes about
+    as long as the sha256 alone.
+    """
+    if part <= 0:
+        raise ValueError(f"part size must be > 0, got {part}")
+    h = hashlib.sha256()
+    crcs: list[int] = []
+    state = [0, 0]  # running CRC32 of the current part, bytes of it seen
+
+    def crc(view: memoryview) -> None:  # runs on the one CRC thread, in order
+        pos = 0
+        while pos < len(view):
+            take = min(len(view) - pos, part - state[1])
+            state[0] = zlib.crc32(view[pos : pos + take], state[0])
+            state[1] += take
+            pos += take
+            if state[1] == part:
+                crcs.append(state[0])
+                state[0] = state[1] = 0
+
+    bufs = [bytearray(CHUNK) for _ in range(3)]
+    pending: list[tuple[concurrent.futures.Future[Any], concurrent.futures.Future[None]]] = []
+    size = 0
+    with (
+        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-hash") as hasher,
+        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-crc") as crcer,
+    ):
+        k = 0
+        while True:
+            if len(pending) == len(bufs):  # both are done with this buffer before reuse
+                for f in pending.pop(0):
+                    f.result()
+            view = memoryview(bufs[k % len(bufs)])
+            n = _read_full(src, view)
+            if not n:
+                break
+            pending.append((hasher.submit(h.update, view[:n]), crcer.submit(crc, view[:n])))
+            size += n
+            k += 1
+        for fs in pending:
+            for f in fs:
+                f.result()
+    if state[1] or not crcs:
+        crcs.append(state[0])
+    return h.hexdigest(), size, crcs
+
+
+@contextlib.contextmanager
+def _refused_part(key: str) -> Iterator[None]:
+    """Say what a refused checksum means: the file is no longer the bytes that were hashed."""
+    from botocore.exceptions import ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("BadDigest", "InvalidDigest"):
+            raise
+        raise ArtifactError(
+            f"the file changed while it was being stored as {key}: the server found a part "
+            "that no longer matches the bytes that were hashed; nothing was stored, log it again"
+        ) from None
+
+
+def _crc_b64(crc: int) -> str:
+    """A CRC32 as S3 wants it in ``x-amz-checksum-crc32``: 4 big-endian bytes, base64."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode()
 
 
 def check_sha(sha256: str) -> str:
@@ -473,21 +561,110 @@ class S3ArtifactStore:
         before_commit: Callable[[str], Any] | None = None,
         progress: Callable[[int], Any] | None = None,
     ) -> tuple[str, int, bool]:
-        """Hash, then upload unless the object exists (see LocalArtifactStore.put_file)."""
-        sha, size = sha256_file(path)
-        if before_commit is not None:
-            before_commit(sha)
-        if self.exists(sha):
-            return sha, size, False
-        self.client.upload_file(
-            os.fspath(path),
-            self.bucket,
-            self.key(sha),
-            ExtraArgs={"Metadata": {"sha256": sha}},
-            Config=self.transfer,
-            Callback=progress,
-        )
+        """Hash (with a CRC32 of every part), then upload unless the object exists, each part
+        carrying the CRC32 of the bytes that were hashed (see the module docstring and
+        LocalArtifactStore.put_file); ``progress(n)`` after every n bytes uploaded."""
+        from s3transfer.utils import ChunksizeAdjuster  # type: ignore[import-untyped]
+
+        with open(path, "rb", buffering=0) as src:
+            before = os.fstat(src.fileno())
+            size = before.st_size
+            single = size < self.transfer.multipart_threshold
+            # As boto3's managed transfer does: parts of at least 5 MiB, at most 10,000 of them.
+            part = (
+                max(size, 1)
+                if single
+                else ChunksizeAdjuster().adjust_chunksize(self.transfer.multipart_chunksize, size)
+            )
+            sha, got, crcs = hash_parts(src, part)
+            if got != size:
+                raise ArtifactError(f"{path} changed while it was being stored; log it again")
+            if before_commit is not None:
+                before_commit(sha)
+            if self.exists(sha):
+                return sha, size, False
+            key = self.key(sha)
+            if single:
+                with _refused_part(key):
+                    self.client.put_object(
+                        Bucket=self.bucket,
+                        Key=key,
+                        Body=os.pread(src.fileno(), size, 0),
+                        ChecksumCRC32=_crc_b64(crcs[0]),
+                        Metadata={"sha256": sha},
+                    )
+                if progress is not None:
+                    progress(size)
+            else:
+                self._upload_parts(src.fileno(), key, sha, part, crcs, progress)
+        after = os.stat(path)
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            # Every part matched its CRC32 from the hashing pass, so the object holds the
+            # hashed bytes (a valid object, collected if nothing references it); the file
+            # itself is no longer what was stored.
+            raise ArtifactError(f"{path} changed while it was being stored; log it again")
         return sha, size, True
+
+    def _upload_parts(
+        self,
+        fd: int,
+        key: str,
+        sha: str,
+        part: int,
+        crcs: list[int],
+        progress: Callable[[int], Any] | None,
+    ) -> None:
+        """A multipart upload of the file open at ``fd``: part i is bytes [i*part, (i+1)*part)
+        read with pread by one of ``max_concurrency`` threads, sent with the CRC32 the
+        hashing pass computed for it (the server refuses a part whose bytes differ:
+        BadDigest). Any failure aborts the upload, so nothing stays behind but what
+        :meth:`cleanup_partials` would find anyway after a crash."""
+        upload_id = self.client.create_multipart_upload(
+            Bucket=self.bucket, Key=key, ChecksumAlgorithm="CRC32", Metadata={"sha256": sha}
+        )["UploadId"]
+
+        def send(i: int) -> tuple[dict[str, Any], int]:
+            body = os.pread(fd, part, i * part)
+            resp = self.client.upload_part(
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=i + 1,
+                Body=body,
+                ChecksumCRC32=_crc_b64(crcs[i]),
+            )
+            entry = {"PartNumber": i + 1, "ETag": resp["ETag"], "ChecksumCRC32": _crc_b64(crcs[i])}
+            return entry, len(body)
+
+        pool = concurrent.futures.ThreadPoolExecutor(
+            self.transfer.max_concurrency, thread_name_prefix="artifact-upload"
+        )
+        futures: list[concurrent.futures.Future[tuple[dict[str, Any], int]]] = []
+        with _refused_part(key):
+            try:
+                futures = [pool.submit(send, i) for i in range(len(crcs))]
+                for fut in concurrent.futures.as_completed(futures):
+                    _, n = fut.result()
+                    if progress is not None:
+                        progress(n)
+                parts = [f.result()[0] for f in futures]
+                self.client.complete_multipart_upload(
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                pool.shutdown(wait=True)
+                with contextlib.suppress(Exception):
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id
+                    )
+                raise
+            finally:
+                pool.shutdown(wait=True)
 
     def put_stream(self, src: BinaryIO) -> tuple[str, int, bool]:
         with tempfile.NamedTemporaryFile(prefix="artifact-", suffix=".part") as tmp:

@@ -2,6 +2,7 @@
 
     python -m reference_impls.tracking.bench --mlflow-python /tmp/mlflowenv/bin/python
     python -m reference_impls.tracking.bench --quick --no-postgres --no-s3   # a smoke run
+    python -m reference_impls.tracking.bench --artifacts-only --artifact-mb 128 --artifact-repeats 9
 
 MLflow is never a dependency of this project: it is measured in its own interpreter
 (``--mlflow-python``, a throwaway venv with ``pip install mlflow``) by the script in
@@ -200,29 +201,23 @@ def _cpu_timed(fn: Callable[[], Any]) -> tuple[float, float]:
 
 def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
     """``run.log_artifact`` (hash + store + fsync + the reference committed) of a file in the
-    page cache, against ``shutil.copyfile`` + fsync of the same file; alternating, so both
-    see the same conditions. Ratio: median over repeats of copy time / our time."""
+    page cache, against ``shutil.copyfile`` + fsync of the same file; in pairs, each pair in
+    the other order from the last (neither side always follows the other's writes), so both
+    see the same conditions. Ratio: median over pairs of copy time / our time."""
     from reference_impls.tracking.client import Tracker
 
     src = workdir / "artifact.bin"
     _random_file(src, size_mb)
-    ours, copy = [], []
-    ours_cpu, copy_cpu = [], []
+    ours: list[float] = []
+    copy: list[float] = []
+    ours_cpu: list[float] = []
+    copy_cpu: list[float] = []
     stored = 0
+    load = [os.getloadavg()[0]]
     for r in range(repeats):
         tracker = Tracker(workdir / f"a{r}.db", workdir / f"art{r}")
         runs = [tracker.start_run("bench-art") for _ in range(3)]
         first = runs[0]
-        wall, cpu = _cpu_timed(lambda: first.log_artifact(src, "w.bin"))  # noqa: B023 - now
-        ours.append(wall)
-        ours_cpu.append(cpu)
-        for run in runs[1:]:
-            run.log_artifact(src, "w.bin")  # the same bytes again: stored once
-        for run in runs:
-            run.finish()
-        stored = sum(
-            f.stat().st_size for f in (workdir / f"art{r}" / "objects").rglob("*") if f.is_file()
-        )
         dest = workdir / f"copy{r}.bin"
 
         def plain(dest: Path = dest) -> None:
@@ -230,12 +225,24 @@ def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]
             with open(dest, "rb+") as f:  # the store syncs its objects; so does the baseline
                 os.fsync(f.fileno())
 
-        wall, cpu = _cpu_timed(plain)
-        copy.append(wall)
-        copy_cpu.append(cpu)
+        def ours_put(first: Any = first) -> None:
+            first.log_artifact(src, "w.bin")
+
+        for which in ("ours", "copy") if r % 2 == 0 else ("copy", "ours"):
+            wall, cpu = _cpu_timed(ours_put if which == "ours" else plain)
+            (ours if which == "ours" else copy).append(wall)
+            (ours_cpu if which == "ours" else copy_cpu).append(cpu)
+        for run in runs[1:]:
+            run.log_artifact(src, "w.bin")  # the same bytes again: stored once
+        for run in runs:
+            run.finish()
+        stored = sum(
+            f.stat().st_size for f in (workdir / f"art{r}" / "objects").rglob("*") if f.is_file()
+        )
         tracker.close()
         shutil.rmtree(workdir / f"art{r}")
         dest.unlink()
+    load.append(os.getloadavg()[0])
     mb = size_mb * 1.048576
     return {
         "ours_MBps": mb / statistics.median(ours),
@@ -246,10 +253,18 @@ def artifacts_local(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]
         "repeats": repeats,
         "stored_bytes_for_3_runs": stored,
         "file_bytes": src.stat().st_size,
+        "load_1min_start_end": [round(x, 2) for x in load],
     }
 
 
 def artifacts_s3(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
+    """``backend.log_artifact`` to S3 (hash pass + HEAD + upload + the reference committed)
+    against boto3's ``upload_file`` of the same file with the store's TransferConfig, both
+    into the same bucket (one per pair, written to once before either is timed), in pairs
+    that alternate their order. Ratio: median over pairs of boto3's time / ours. CPU: this
+    process's (the client's) and, apart, the SeaweedFS process's during each side; and the
+    time of one server-side copy of the uploaded object (what uploading to a staging key and
+    copying to the content key would add), outside both sides' times."""
     from reference_impls.data.seaweedfs import SeaweedServer
     from reference_impls.tracking.artifacts import S3ArtifactStore
     from reference_impls.tracking.backend import EmbeddedBackend
@@ -257,29 +272,103 @@ def artifacts_s3(workdir: Path, size_mb: int, repeats: int) -> dict[str, Any]:
     src = workdir / "artifact.bin"
     if not src.exists():
         _random_file(src, size_mb)
+    load = [os.getloadavg()[0]]
     with SeaweedServer.start(workdir / "seaweed") as server:
         client = server.client(read_timeout=300)
-        ours, plain = [], []
+        ours: list[float] = []
+        plain: list[float] = []
+        ours_cpu: list[float] = []
+        plain_cpu: list[float] = []
+        copies: list[float] = []
+        server_cpu: dict[str, list[float]] = {"ours": [], "plain": [], "copy": []}
         for r in range(repeats):
             bucket = f"bench-{r}"
             client.create_bucket(Bucket=bucket)
+            client.put_object(Bucket=bucket, Key="warm", Body=b"x")
             backend = EmbeddedBackend(workdir / f"s{r}.db", S3ArtifactStore(bucket, client=client))
             rid = backend.create_run("bench-s3")
             store: Any = backend.store
-            ours.append(_timed(lambda: backend.log_artifact(rid, src, "w.bin")))  # noqa: B023
+
+            def ours_put(backend: Any = backend, rid: str = rid) -> None:
+                backend.log_artifact(rid, src, "w.bin")
 
             # The same configuration of boto3's managed transfer, without hashing or a reference.
             def upload(bucket: str = bucket, store: Any = store) -> None:
                 client.upload_file(str(src), bucket, "plain.bin", Config=store.transfer)
 
-            plain.append(_timed(upload))
+            for which in ("ours", "plain") if r % 2 == 0 else ("plain", "ours"):
+                s0 = _server_cpu(server)
+                wall, cpu = _cpu_timed(ours_put if which == "ours" else upload)
+                (ours if which == "ours" else plain).append(wall)
+                (ours_cpu if which == "ours" else plain_cpu).append(cpu)
+                server_cpu[which].append(_server_cpu(server) - s0)
+
+            # What a staging upload would add: a server-side copy to the content key (not
+            # part of either side's time; SeaweedFS copies the data).
+            def server_copy(bucket: str = bucket) -> None:
+                client.copy_object(
+                    Bucket=bucket, Key="copy.bin", CopySource={"Bucket": bucket, "Key": "plain.bin"}
+                )
+
+            s0 = _server_cpu(server)
+            copies.append(_timed(server_copy))
+            server_cpu["copy"].append(_server_cpu(server) - s0)
             backend.close()
+    load.append(os.getloadavg()[0])
     mb = size_mb * 1.048576
     return {
         "ours_MBps": mb / statistics.median(ours),
         "boto3_MBps": mb / statistics.median(plain),
         "ratio": statistics.median(p / o for o, p in zip(ours, plain, strict=True)),
+        "ours_client_cpu_ms": statistics.median(ours_cpu) * 1000,
+        "boto3_client_cpu_ms": statistics.median(plain_cpu) * 1000,
+        "ours_server_cpu_ms": statistics.median(server_cpu["ours"]) * 1000,
+        "boto3_server_cpu_ms": statistics.median(server_cpu["plain"]) * 1000,
+        "server_side_copy_ms": statistics.median(copies) * 1000,
+        "server_side_copy_server_cpu_ms": statistics.median(server_cpu["copy"]) * 1000,
+        "repeats": repeats,
+        "load_1min_start_end": [round(x, 2) for x in load],
     }
+
+
+def _server_cpu(server: Any) -> float:
+    """CPU seconds the SeaweedFS process has used so far (user + system, from /proc), or 0.0
+    where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, AttributeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def artifact_table(r: dict[str, Any]) -> str:
+    """The artifact rows alone (``--artifacts-only``), as docs/benchmarks/tracking.md has them."""
+    rows = [
+        "| artifacts | ours | baseline | ratio (median of pairs) | CPU ms, ours / baseline |",
+        "|---|---|---|---|---|",
+    ]
+    a = r["artifacts_local"]
+    rows.append(
+        f"| local, {a['file_bytes'] >> 20} MiB | {a['ours_MBps']:,.0f} MB/s | "
+        f"copy+fsync {a['copy_MBps']:,.0f} MB/s | **{a['ratio']:.2f}x** ({a['repeats']} pairs) "
+        f"| {a['ours_cpu_ms']:,.0f} / {a['copy_cpu_ms']:,.0f} |"
+    )
+    if "artifacts_s3" in r:
+        b = r["artifacts_s3"]
+        rows.append(
+            f"| S3 (SeaweedFS) | {b['ours_MBps']:,.0f} MB/s | boto3 upload_file "
+            f"{b['boto3_MBps']:,.0f} MB/s | **{b['ratio']:.2f}x** ({b['repeats']} pairs) | "
+            f"{b['ours_client_cpu_ms']:,.0f} / {b['boto3_client_cpu_ms']:,.0f} client, "
+            f"{b['ours_server_cpu_ms']:,.0f} / {b['boto3_server_cpu_ms']:,.0f} SeaweedFS |"
+        )
+        rows.append(
+            f"| S3 server-side copy of that object (what a staging key would add) | "
+            f"{b['server_side_copy_ms']:,.0f} ms, {b['server_side_copy_server_cpu_ms']:,.0f} ms "
+            "SeaweedFS CPU | | | |"
+        )
+    loads = ", ".join(f"{k} {v}" for k, v in r.get("load_average", {}).items())
+    rows.append(f"\n{r['machine']}; {r['date']}; 1-minute load average: {loads}")
+    return "\n".join(rows)
 
 
 def _random_file(path: Path, size_mb: int) -> None:
@@ -343,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
         default=5,
         help="MLflow searches at --search-runs runs (each takes seconds at 100,000 runs)",
     )
+    p.add_argument(
+        "--artifacts-only",
+        action="store_true",
+        help="only the artifact puts against their baselines (local copy+fsync, boto3 upload)",
+    )
     p.add_argument("--no-postgres", action="store_true")
     p.add_argument("--no-s3", action="store_true")
     p.add_argument(
@@ -373,6 +467,21 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="tracking-bench-") as tmp:
         work = Path(tmp)
+        if args.artifacts_only:
+            part("artifacts, local")
+            results["artifacts_local"] = artifacts_local(
+                work, args.artifact_mb, args.artifact_repeats
+            )
+            if not args.no_s3:
+                part("artifacts, S3")
+                results["artifacts_s3"] = artifacts_s3(
+                    work, min(args.artifact_mb, 128), args.artifact_repeats
+                )
+            results["load_average"]["end"] = round(os.getloadavg()[0], 2)
+            print(artifact_table(results))
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+            return 0
         part("ours, SQLite")
         results["sqlite"] = measure_ours(
             str(work / "ours.db"),

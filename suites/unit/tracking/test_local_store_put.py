@@ -161,3 +161,33 @@ def test_without_direct_io_the_put_stores_the_same_bytes(tmp_path, monkeypatch):
     sha, n, _ = store.put_stream(io.BytesIO(data))
     assert (sha, n) == (hashlib.sha256(data).hexdigest(), len(data))
     assert store.path(sha).read_bytes() == data
+
+
+HASH_PART_CASES = [(0, 1), (10, 1)] + [  # (size, part): parts of one byte only on tiny data
+    (size, part)
+    for size in (0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 12_345)
+    for part in (4096, 5 * 1024 * 1024, CHUNK, 2 * CHUNK + 1)
+]
+
+
+@pytest.mark.parametrize(("size", "part"), HASH_PART_CASES)
+def test_the_s3_hashing_pass_gives_the_sha256_and_a_crc32_of_every_part(size, part):
+    # The S3 store names an object by this sha256 and sends part i with crcs[i]: both must be
+    # exactly what hashlib and zlib say of those bytes, across chunk and part edges, from a
+    # stream that returns short reads too.
+    import zlib
+
+    from reference_impls.tracking.artifacts import hash_parts
+
+    data = np.random.default_rng(size + part).bytes(size)
+    want_crcs = [zlib.crc32(data[i : i + part]) for i in range(0, size, part)] or [0]
+    want = (hashlib.sha256(data).hexdigest(), size, want_crcs)
+    assert hash_parts(io.BytesIO(data), part) == want
+    assert hash_parts(Trickle(data), part) == want
+
+
+def test_the_s3_hashing_pass_refuses_a_part_size_that_is_not_positive():
+    from reference_impls.tracking.artifacts import hash_parts
+
+    with pytest.raises(ValueError, match="part size must be > 0, got 0"):
+        hash_parts(io.BytesIO(b"x"), 0)
