@@ -15,17 +15,22 @@ Two backends with one interface:
     plain copy: docs/benchmarks/tracking.md.
 ``S3ArtifactStore(bucket, ...)``  ``s3://bucket/prefix/objects/ab/abcdef...`` through boto3.
     The object's key is its hash, so the source is read once before the upload: the pass
-    computes the sha256 and a CRC32 of every part (each on a thread of its own, so with a core
-    free the pass takes as long as the sha256 alone).
+    computes the sha256 of the whole and the sha256 of every part (the parts' on a thread of
+    their own, part 0's copied from the running whole-file hash), so with a core free the
+    pass takes about as long as one sha256 of the whole.
     An existing object is not uploaded again. A new one is sent with the TransferConfig's part
     size, threshold and concurrency (a single PUT below ``multipart_threshold``, else a
-    multipart upload, visible only once complete), every part with its CRC32 from that pass:
-    the server checks each part against it, so the stored bytes are the hashed bytes even if
-    the file is edited in between (then BadDigest: the upload is aborted, ArtifactError). The
-    CRC32s replace the ones boto3 would otherwise compute, so the only extra work against a
-    plain ``upload_file`` is the sha256 itself (docs/benchmarks/tracking.md). A server-side
-    copy from a staging key (to overlap the hash with the upload) was measured and dropped:
-    SeaweedFS copies the data, which costs several times the hash.
+    multipart upload, visible only once complete), every part with its sha256 from that pass
+    as its ``x-amz-checksum-sha256``: the server checks each part against it, so the stored
+    bytes are the hashed bytes even if the file is edited in between (then BadDigest: the
+    upload is aborted, ArtifactError). The same digest is what SigV4 would otherwise hash the
+    body again for: the signed checksum header binds the body to the signature instead
+    (``UNSIGNED-PAYLOAD``, as botocore does over https; see :func:`_prehashed_payload`), and
+    boto3 computes no CRC32 of its own. So against a plain ``upload_file`` (which hashes every
+    part for its signature and takes a CRC32 of it) the extra work is one sha256 minus a CRC32
+    (docs/benchmarks/tracking.md). A server-side copy from a staging key (to overlap the hash
+    with the upload) was measured and dropped: SeaweedFS copies the data, which costs several
+    times the hash.
 
 Downloads are verified: bytes are hashed while they are written to ``dest.part`` and renamed
 to ``dest`` only if their sha256 and size match the reference; otherwise ArtifactError.
@@ -36,8 +41,8 @@ by collection (retention.py), which decides what is referenced.
 
 Over 500 lines, one concern: bytes in and out of a content-addressed store. The two backends
 share one interface and one verification of downloads, and each put's read-once pass (the
-local one hashes and writes from the same buffers; the S3 one hashes and takes the parts'
-CRC32s) lives next to the store that relies on it.
+local one hashes and writes from the same buffers; the S3 one hashes the whole and the parts)
+lives next to the store that relies on it.
 """
 
 from __future__ import annotations
@@ -56,7 +61,6 @@ import tempfile
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,39 +110,56 @@ def sha256_file(
     return h.hexdigest(), size
 
 
-def hash_parts(src: BinaryIO, part: int) -> tuple[str, int, list[int]]:
-    """One read pass over ``src``: (sha256 hex digest, bytes, CRC32 of every ``part``-byte
-    part, the last one possibly shorter; one CRC32, of nothing, for an empty source).
+def hash_parts(src: BinaryIO, part: int) -> tuple[str, int, list[bytes]]:
+    """One read pass over ``src``: (sha256 hex digest, bytes, raw sha256 digest of every
+    ``part``-byte part, the last one possibly shorter; one, of nothing, for an empty source).
 
-    The sha256 names the object; the CRC32s go with the upload's parts, so the server checks
-    that each part holds the bytes this pass hashed. The sha256 and the CRC32s each run on a
-    thread of their own, in chunk order (hashlib and zlib release the GIL), while the next
-    chunk is read into another of three reused buffers: with a core free the pass takes about
-    as long as the sha256 alone.
+    The first digest names the object; the parts' digests go with the upload's parts, so the
+    server checks that each part holds the bytes this pass hashed (and botocore need not hash
+    them again to sign the request: :func:`_prehashed_payload`). Part 0's digest costs
+    nothing: it is a copy of the running whole-file hash taken at the end of part 0, so a
+    single-part source is hashed once. The whole-file hash and the hash of parts 1.. each run
+    on a thread of their own, in chunk order (hashlib releases the GIL), while the next chunk
+    is read into another of three reused buffers: with a core free the pass takes about as
+    long as one sha256 of the whole.
     """
     if part <= 0:
         raise ValueError(f"part size must be > 0, got {part}")
     h = hashlib.sha256()
-    crcs: list[int] = []
-    state = [0, 0]  # running CRC32 of the current part, bytes of it seen
+    digests: list[bytes] = []
+    first = [0]  # bytes of part 0 the whole-file hash has seen (runs on the one hash thread)
+    rest: list[Any] = [None, 0]  # hash of the current part >= 1, bytes of it seen
 
-    def crc(view: memoryview) -> None:  # runs on the one CRC thread, in order
-        pos = 0
+    def whole(view: memoryview) -> None:  # the whole-file hash, in order, one thread
+        if first[0] < part:
+            take = min(len(view), part - first[0])
+            h.update(view[:take])
+            first[0] += take
+            if first[0] == part:
+                digests.insert(0, h.copy().digest())  # part 0 goes first whenever it ends
+            view = view[take:]
+        if view:
+            h.update(view)
+
+    def parts(view: memoryview, offset: int) -> None:  # parts 1.., in order, one thread
+        pos = max(0, part - offset)  # part 0's bytes are the whole-file hash's business
         while pos < len(view):
-            take = min(len(view) - pos, part - state[1])
-            state[0] = zlib.crc32(view[pos : pos + take], state[0])
-            state[1] += take
+            if rest[0] is None:
+                rest[0], rest[1] = hashlib.sha256(), 0
+            take = min(len(view) - pos, part - rest[1])
+            rest[0].update(view[pos : pos + take])
+            rest[1] += take
             pos += take
-            if state[1] == part:
-                crcs.append(state[0])
-                state[0] = state[1] = 0
+            if rest[1] == part:
+                digests.append(rest[0].digest())
+                rest[0] = None
 
     bufs = [bytearray(CHUNK) for _ in range(3)]
-    pending: list[tuple[concurrent.futures.Future[Any], concurrent.futures.Future[None]]] = []
+    pending: list[tuple[concurrent.futures.Future[None], ...]] = []
     size = 0
     with (
         concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-hash") as hasher,
-        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-crc") as crcer,
+        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="artifact-parts") as parter,
     ):
         k = 0
         while True:
@@ -149,15 +170,20 @@ def hash_parts(src: BinaryIO, part: int) -> tuple[str, int, list[int]]:
             n = _read_full(src, view)
             if not n:
                 break
-            pending.append((hasher.submit(h.update, view[:n]), crcer.submit(crc, view[:n])))
+            jobs: tuple[concurrent.futures.Future[None], ...] = (hasher.submit(whole, view[:n]),)
+            if size + n > part:  # bytes past part 0 in this chunk
+                jobs += (parter.submit(parts, view[:n], size),)
+            pending.append(jobs)
             size += n
             k += 1
         for fs in pending:
             for f in fs:
                 f.result()
-    if state[1] or not crcs:
-        crcs.append(state[0])
-    return h.hexdigest(), size, crcs
+    if first[0] < part:  # the source ended inside part 0 (or was empty)
+        digests.insert(0, h.copy().digest())
+    elif rest[0] is not None:  # a last, shorter part
+        digests.append(rest[0].digest())
+    return h.hexdigest(), size, digests
 
 
 @contextlib.contextmanager
@@ -176,9 +202,45 @@ def _refused_part(key: str) -> Iterator[None]:
         ) from None
 
 
-def _crc_b64(crc: int) -> str:
-    """A CRC32 as S3 wants it in ``x-amz-checksum-crc32``: 4 big-endian bytes, base64."""
-    return base64.b64encode(crc.to_bytes(4, "big")).decode()
+def _b64(digest: bytes) -> str:
+    """A raw digest as S3 wants it in ``x-amz-checksum-sha256``: base64."""
+    return base64.b64encode(digest).decode()
+
+
+_PREHASHED = threading.local()  # .on: this thread is sending a part with its sha256 checksum
+
+
+def _prehashed_payload(request: Any, **_: Any) -> None:
+    """botocore ``before-sign`` hook for our PutObject/UploadPart requests: the body's sha256
+    is already in the signed ``x-amz-checksum-sha256`` header, so SigV4 need not hash the
+    body again for ``x-amz-content-sha256`` (``UNSIGNED-PAYLOAD``, which botocore itself
+    uses over https whenever a checksum header is present).
+
+    Why that loses nothing: the signature covers the checksum header, and the server refuses
+    a body whose sha256 is not that header's (S3 does; SeaweedFS does, tested), so the body is
+    bound to the signature by the same sha256 as a signed payload would bind it. Over plain
+    http it is more than boto3 does by default against SeaweedFS, which does not check
+    ``x-amz-content-sha256`` against the body at all and so only checks the CRC32
+    (docs/benchmarks/tracking.md). Only requests this module sends from a thread that set
+    ``_PREHASHED.on`` and that carry the header are touched; a client configured with
+    ``payload_signing_enabled`` keeps its setting."""
+    if not getattr(_PREHASHED, "on", False) or "x-amz-checksum-sha256" not in request.headers:
+        return
+    config = request.context.get("client_config")
+    s3 = dict(getattr(config, "s3", None) or {})
+    if config is None or s3.get("payload_signing_enabled") is not None:
+        return
+    s3["payload_signing_enabled"] = False
+    request.context["client_config"] = config.merge(type(config)(s3=s3))
+
+
+@contextlib.contextmanager
+def _prehashed() -> Iterator[None]:
+    _PREHASHED.on = True
+    try:
+        yield
+    finally:
+        _PREHASHED.on = False
 
 
 def check_sha(sha256: str) -> str:
@@ -530,6 +592,10 @@ class S3ArtifactStore:
                 config=Config(s3={"addressing_style": "path"}) if endpoint_url else None,
             )
         self.client = client
+        for op in ("PutObject", "UploadPart"):
+            client.meta.events.register(
+                f"before-sign.s3.{op}", _prehashed_payload, unique_id=f"ml-harness-prehashed-{op}"
+            )
         self.transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -561,8 +627,8 @@ class S3ArtifactStore:
         before_commit: Callable[[str], Any] | None = None,
         progress: Callable[[int], Any] | None = None,
     ) -> tuple[str, int, bool]:
-        """Hash (with a CRC32 of every part), then upload unless the object exists, each part
-        carrying the CRC32 of the bytes that were hashed (see the module docstring and
+        """Hash (the whole and every part), then upload unless the object exists, each part
+        carrying the sha256 of the bytes that were hashed (see the module docstring and
         LocalArtifactStore.put_file); ``progress(n)`` after every n bytes uploaded."""
         from s3transfer.utils import ChunksizeAdjuster  # type: ignore[import-untyped]
 
@@ -576,7 +642,7 @@ class S3ArtifactStore:
                 if single
                 else ChunksizeAdjuster().adjust_chunksize(self.transfer.multipart_chunksize, size)
             )
-            sha, got, crcs = hash_parts(src, part)
+            sha, got, digests = hash_parts(src, part)
             if got != size:
                 raise ArtifactError(f"{path} changed while it was being stored; log it again")
             if before_commit is not None:
@@ -585,21 +651,21 @@ class S3ArtifactStore:
                 return sha, size, False
             key = self.key(sha)
             if single:
-                with _refused_part(key):
+                with _refused_part(key), _prehashed():
                     self.client.put_object(
                         Bucket=self.bucket,
                         Key=key,
                         Body=os.pread(src.fileno(), size, 0),
-                        ChecksumCRC32=_crc_b64(crcs[0]),
+                        ChecksumSHA256=_b64(digests[0]),
                         Metadata={"sha256": sha},
                     )
                 if progress is not None:
                     progress(size)
             else:
-                self._upload_parts(src.fileno(), key, sha, part, crcs, progress)
+                self._upload_parts(src.fileno(), key, sha, part, digests, progress)
         after = os.stat(path)
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
-            # Every part matched its CRC32 from the hashing pass, so the object holds the
+            # Every part matched its sha256 from the hashing pass, so the object holds the
             # hashed bytes (a valid object, collected if nothing references it); the file
             # itself is no longer what was stored.
             raise ArtifactError(f"{path} changed while it was being stored; log it again")
@@ -611,29 +677,30 @@ class S3ArtifactStore:
         key: str,
         sha: str,
         part: int,
-        crcs: list[int],
+        digests: list[bytes],
         progress: Callable[[int], Any] | None,
     ) -> None:
         """A multipart upload of the file open at ``fd``: part i is bytes [i*part, (i+1)*part)
-        read with pread by one of ``max_concurrency`` threads, sent with the CRC32 the
+        read with pread by one of ``max_concurrency`` threads, sent with the sha256 the
         hashing pass computed for it (the server refuses a part whose bytes differ:
         BadDigest). Any failure aborts the upload, so nothing stays behind but what
         :meth:`cleanup_partials` would find anyway after a crash."""
         upload_id = self.client.create_multipart_upload(
-            Bucket=self.bucket, Key=key, ChecksumAlgorithm="CRC32", Metadata={"sha256": sha}
+            Bucket=self.bucket, Key=key, ChecksumAlgorithm="SHA256", Metadata={"sha256": sha}
         )["UploadId"]
 
         def send(i: int) -> tuple[dict[str, Any], int]:
             body = os.pread(fd, part, i * part)
-            resp = self.client.upload_part(
-                Bucket=self.bucket,
-                Key=key,
-                UploadId=upload_id,
-                PartNumber=i + 1,
-                Body=body,
-                ChecksumCRC32=_crc_b64(crcs[i]),
-            )
-            entry = {"PartNumber": i + 1, "ETag": resp["ETag"], "ChecksumCRC32": _crc_b64(crcs[i])}
+            with _prehashed():
+                resp = self.client.upload_part(
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    PartNumber=i + 1,
+                    Body=body,
+                    ChecksumSHA256=_b64(digests[i]),
+                )
+            entry = {"PartNumber": i + 1, "ETag": resp["ETag"], "ChecksumSHA256": _b64(digests[i])}
             return entry, len(body)
 
         pool = concurrent.futures.ThreadPoolExecutor(
@@ -642,7 +709,7 @@ class S3ArtifactStore:
         futures: list[concurrent.futures.Future[tuple[dict[str, Any], int]]] = []
         with _refused_part(key):
             try:
-                futures = [pool.submit(send, i) for i in range(len(crcs))]
+                futures = [pool.submit(send, i) for i in range(len(digests))]
                 for fut in concurrent.futures.as_completed(futures):
                     _, n = fut.result()
                     if progress is not None:

@@ -105,3 +105,78 @@ def test_parts_smaller_than_s3_allows_are_raised_to_5_mib_as_boto3_does(s3_serve
     assert head["ETag"].strip('"').endswith("-2")  # 5 MiB + (1 MiB + 1 byte), not 7 parts
     got = client.get_object(Bucket="t-small-parts", Key=store.key(sha))["Body"].read()
     assert got == data
+
+
+def _headers_sent(client, ops: tuple[str, ...]) -> list[tuple[str, dict[str, str]]]:
+    """Record (operation, the headers that matter here) of every request the client sends."""
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    def record(request, event_name: str, **_) -> None:
+        op = event_name.rsplit(".", 1)[-1]
+        if op in ops:
+            keep = ("x-amz-content-sha256", "x-amz-checksum-sha256", "x-amz-checksum-crc32")
+            got = {k: request.headers.get(k) for k in keep}
+            seen.append(
+                (op, {k: v.decode() if isinstance(v, bytes) else v for k, v in got.items()})
+            )
+
+    client.meta.events.register("before-send.s3", record)
+    return seen
+
+
+@pytest.mark.parametrize("size", [PART - 100, 2 * PART + 12_345], ids=["single-put", "multipart"])
+def test_parts_carry_their_hashed_sha256_and_other_requests_on_the_client_are_untouched(
+    s3_store, tmp_path, size
+):
+    # Each part goes out with the sha256 the hashing pass took of it, in the signed checksum
+    # header, and the body is not hashed again for the signature (UNSIGNED-PAYLOAD); the same
+    # client's other uploads keep botocore's defaults (a signed payload hash and a CRC32).
+    import base64
+
+    data = np.random.default_rng(4).bytes(size)
+    src = _write(tmp_path / "src.bin", data)
+    seen = _headers_sent(s3_store.client, ("PutObject", "UploadPart"))
+    s3_store.put_file(src)
+    want = [
+        base64.b64encode(hashlib.sha256(data[i : i + PART]).digest()).decode()
+        for i in range(0, size, PART if size >= PART else size)
+    ]
+    assert sorted(h["x-amz-checksum-sha256"] for _, h in seen) == sorted(want)
+    assert {h["x-amz-content-sha256"] for _, h in seen} == {"UNSIGNED-PAYLOAD"}
+    assert {op for op, _ in seen} == ({"UploadPart"} if size >= PART else {"PutObject"})
+    seen.clear()
+    s3_store.client.put_object(Bucket=s3_store.bucket, Key="other", Body=b"hello")
+    [(_, h)] = seen
+    assert h["x-amz-content-sha256"] == hashlib.sha256(b"hello").hexdigest()
+    assert h["x-amz-checksum-crc32"] is not None and h["x-amz-checksum-sha256"] is None
+    seen.clear()  # a sha256 checksum of the caller's own does not turn its signing off either
+    s3_store.client.put_object(
+        Bucket=s3_store.bucket, Key="other", Body=b"hello", ChecksumAlgorithm="SHA256"
+    )
+    [(_, h)] = seen
+    assert h["x-amz-content-sha256"] == hashlib.sha256(b"hello").hexdigest()
+    assert (
+        h["x-amz-checksum-sha256"] == base64.b64encode(hashlib.sha256(b"hello").digest()).decode()
+    )
+
+
+def test_a_client_that_asks_for_signed_payloads_keeps_them(s3_server, tmp_path):
+    # payload_signing_enabled set on the client is the user's choice: the store leaves it.
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_server.endpoint,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path", "payload_signing_enabled": True}),
+        **s3_server.credentials(),
+    )
+    client.create_bucket(Bucket="t-signed")
+    store = S3ArtifactStore("t-signed", client=client)
+    data = np.random.default_rng(5).bytes(1000)
+    seen = _headers_sent(client, ("PutObject",))
+    sha, _, _ = store.put_file(_write(tmp_path / "src.bin", data))
+    [(_, h)] = seen
+    assert h["x-amz-content-sha256"] == sha == hashlib.sha256(data).hexdigest()
+    assert client.get_object(Bucket="t-signed", Key=store.key(sha))["Body"].read() == data
