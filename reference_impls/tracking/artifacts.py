@@ -55,7 +55,6 @@ import fcntl
 import hashlib
 import mmap
 import os
-import queue
 import re
 import shutil
 import tempfile
@@ -121,7 +120,7 @@ def hash_parts(src: BinaryIO, part: int) -> tuple[str, int, list[bytes]]:
     nothing: it is a copy of the running whole-file hash taken at the end of part 0, so a
     single-part source is hashed once. The whole-file hash and the hash of parts 1.. each run
     on a thread of their own, in chunk order (hashlib releases the GIL), while the next chunk
-    is read into another of three reused buffers: with a core free the pass takes about as
+    is read into another of SLOTS reused buffers: with a core free the pass takes about as
     long as one sha256 of the whole.
     """
     if part <= 0:
@@ -155,7 +154,7 @@ def hash_parts(src: BinaryIO, part: int) -> tuple[str, int, list[bytes]]:
                 digests.append(rest[0].digest())
                 rest[0] = None
 
-    bufs = [bytearray(CHUNK) for _ in range(3)]
+    bufs = _take_buffers()  # reused between puts: fresh memory costs a page fault per 4 KiB
     pending: list[tuple[concurrent.futures.Future[None], ...]] = []
     size = 0
     with (
@@ -180,6 +179,8 @@ def hash_parts(src: BinaryIO, part: int) -> tuple[str, int, list[bytes]]:
         for fs in pending:
             for f in fs:
                 f.result()
+    # Only here, with both threads finished with them (also on an error: the executors wait).
+    _give_buffers(bufs)
     if first[0] < part:  # the source ended inside part 0 (or was empty)
         digests.insert(0, h.copy().digest())
     elif rest[0] is not None:  # a last, shorter part
@@ -406,6 +407,34 @@ def _give_buffers(bufs: list[mmap.mmap]) -> None:
     with _FREE_LOCK:
         if len(_FREE_BUFFERS) < _MAX_FREE_SETS:
             _FREE_BUFFERS.append(bufs)
+
+
+_PART_BUFFERS: list[bytearray] = []  # S3 part bodies between puts, all of one size
+_PART_BUFFERS_KEPT = 64 * 1024 * 1024  # at most this many bytes of them
+
+
+def _take_part_buffer(n: int) -> bytearray:
+    """A buffer of ``n`` bytes for one S3 part's body: a kept one if there is one that size.
+
+    Full parts' buffers are kept between puts, up to _PART_BUFFERS_KEPT bytes in the
+    process (four 16 MiB parts, the default concurrency and part size): a fresh 16 MiB
+    buffer costs 4,096 page faults (about 10 ms of CPU) the first time it is filled, and
+    stores are often made per put (one per bucket or prefix)."""
+    with _FREE_LOCK:
+        if _PART_BUFFERS and len(_PART_BUFFERS[-1]) == n:
+            return _PART_BUFFERS.pop()
+    return bytearray(n)
+
+
+def _give_part_buffer(buf: bytearray, part: int) -> None:
+    """Keep a full part's buffer (not a last, shorter one); the newest size wins."""
+    if len(buf) != part:
+        return
+    with _FREE_LOCK:
+        if _PART_BUFFERS and len(_PART_BUFFERS[0]) != part:
+            _PART_BUFFERS.clear()
+        if (len(_PART_BUFFERS) + 1) * part <= _PART_BUFFERS_KEPT:
+            _PART_BUFFERS.append(buf)
 
 
 def _read_full(src: BinaryIO, view: memoryview) -> int:
@@ -711,16 +740,9 @@ class S3ArtifactStore:
             Bucket=self.bucket, Key=key, ChecksumAlgorithm="SHA256", Metadata={"sha256": sha}
         )["UploadId"]
 
-        free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()  # full-part buffers, reused
-
         def send(i: int) -> tuple[dict[str, Any], int]:
             n = min(part, size - i * part)
-            buf = None
-            if n == part:
-                with contextlib.suppress(queue.Empty):
-                    buf = free.get_nowait()
-            if buf is None:
-                buf = bytearray(n)
+            buf = _take_part_buffer(n)
             try:
                 with _prehashed():
                     resp = self.client.upload_part(
@@ -732,8 +754,7 @@ class S3ArtifactStore:
                         ChecksumSHA256=_b64(digests[i]),
                     )
             finally:
-                if n == part:
-                    free.put(buf)
+                _give_part_buffer(buf, part)
             entry = {"PartNumber": i + 1, "ETag": resp["ETag"], "ChecksumSHA256": _b64(digests[i])}
             return entry, n
 
