@@ -130,8 +130,8 @@ class ArtifactPut:
 
 class ArtifactPutS3:
     """A 64 MB file into the S3 store (SeaweedFS on loopback, started here): the hashing pass
-    (sha256 and the parts' CRC32s), HEAD, and the upload of 16 MiB parts, 4 at a time, each
-    with its CRC32; next to boto3's ``upload_file`` of the same file with the same
+    (sha256 of the whole and of every part), HEAD, and the upload of 16 MiB parts, 4 at a
+    time, each with its sha256; next to boto3's ``upload_file`` of the same file with the same
     TransferConfig (docs/benchmarks/tracking.md gives the ratio, measured alternating in one
     run). Each put goes under a new prefix, so none is found already stored."""
 

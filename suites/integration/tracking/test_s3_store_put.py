@@ -1,5 +1,5 @@
-"""The S3 store's put against a real SeaweedFS: one read pass hashes the file and takes a
-CRC32 of every part, and each part is sent with its CRC32, so the server itself refuses bytes
+"""The S3 store's put against a real SeaweedFS: one read pass hashes the file and every part,
+and each part is sent with its sha256 as its checksum, so the server itself refuses bytes
 that differ from the ones the object's name hashes. A file edited between the hash and the
 upload (same size, same mtime: invisible to a stat check) is refused with nothing left under
 any key; a failure midway aborts the multipart upload; every size round-trips exactly."""
@@ -77,6 +77,24 @@ def test_a_file_edited_after_hashing_is_refused_by_the_server_and_nothing_is_kep
     # The file as it is now stores normally, under its own hash.
     sha, _, new = s3_store.put_file(src)
     assert new and sha == hashlib.sha256(src.read_bytes()).hexdigest() != names[0]
+
+
+@pytest.mark.parametrize("size", [PART - 100, 2 * PART + 12_345], ids=["single-put", "multipart"])
+def test_a_file_cut_short_after_hashing_is_refused_and_nothing_is_kept(s3_store, tmp_path, size):
+    # The parts are read again for the upload; a file truncated in between has fewer bytes
+    # than were hashed: refused before anything under the hashed name exists.
+    src = _write(tmp_path / "src.bin", np.random.default_rng(6).bytes(size))
+    names: list[str] = []
+
+    def cut(sha: str) -> None:
+        names.append(sha)
+        os.truncate(src, size - 1000)
+
+    with pytest.raises(ArtifactError, match="changed while it was being stored"):
+        s3_store.put_file(src, before_commit=cut)
+    assert not s3_store.exists(names[0])
+    assert list(s3_store.list_objects()) == []
+    assert _uploads_in_flight(s3_store) == []
 
 
 def test_a_failure_midway_aborts_the_multipart_upload(s3_store, tmp_path):
