@@ -87,7 +87,7 @@ def check_matches_numpy(case: RingCase, results: list[np.ndarray]) -> None:
         stacked = np.stack(case.arrays).astype(np.float64)
         scale = np.abs(stacked).sum(0) / (n if case.op == "mean" else 1)
         info = np.finfo(result.dtype)
-        underflow = info.smallest_subnormal / 2 if case.op == "mean" else 0.0
+        underflow = float(info.smallest_subnormal) / 2 if case.op == "mean" else 0.0
         bound = (n + 1) * info.eps * scale + underflow
         exact = stacked.sum(0) / (n if case.op == "mean" else 1)
         err = np.abs(result.astype(np.float64) - exact)
