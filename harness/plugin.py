@@ -439,6 +439,7 @@ def pytest_collection_modifyitems(
         if entry is not None:
             item.stash[QUARANTINED] = entry
             item.add_marker(pytest.mark.quarantined)
+        seeding.nightly_examples(getattr(item, "obj", None), state.hypothesis_profile)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -170,3 +170,33 @@ def load_hypothesis_profile(
 
         hypothesis.core.global_force_seed = seed  # type: ignore[assignment]  # typed None
     return chosen
+
+
+NIGHTLY_EXAMPLES_FACTOR = 5
+"""Under the ``nightly`` profile, a test that pins its own ``max_examples`` (a CI budget, e.g.
+``@settings(max_examples=40)``) runs this many times as many examples, up to a quarter of
+the profile's count: otherwise the pinned count overrides the profile and the nightly run
+would repeat CI's examples count while claiming more."""
+
+
+def nightly_examples(test_fn: object, profile: str | None) -> int | None:
+    """Raise a pinned ``max_examples`` of the hypothesis test ``test_fn`` for the nightly
+    profile (see :data:`NIGHTLY_EXAMPLES_FACTOR`); returns the new count, None when nothing
+    changed (not a hypothesis test, not the nightly profile, the count follows the profile,
+    or it is already at the cap, as a count derived from the profile is)."""
+    if profile != "nightly" or "hypothesis" not in sys.modules:
+        return None
+    from hypothesis import settings
+
+    pinned = getattr(test_fn, "_hypothesis_internal_use_settings", None)
+    if not isinstance(pinned, settings) or pinned is settings.default:
+        return None  # not a hypothesis test, or its count already is the profile's
+    if getattr(test_fn, "_harness_nightly_examples", False):
+        return None  # raised once already (parametrized tests share one function)
+    test_fn._harness_nightly_examples = True  # type: ignore[attr-defined]
+    cap = settings().max_examples // 4  # the loaded profile's count
+    wanted = min(pinned.max_examples * NIGHTLY_EXAMPLES_FACTOR, cap)
+    if wanted <= pinned.max_examples:
+        return None
+    test_fn._hypothesis_internal_use_settings = settings(pinned, max_examples=wanted)  # type: ignore[attr-defined]
+    return wanted

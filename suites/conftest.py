@@ -32,8 +32,21 @@ if "TRITON_INTERPRET" not in os.environ:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+@pytest.fixture(scope="session")
+def _torch_inductor_imported() -> None:
+    """An in-process run under CI turns deterministic mode on, whose first torch call imports
+    ``torch._inductor``. pytester then drops the modules the inner run imported, and importing
+    them again in this process registers torch's test operator library a second time: an
+    error in whichever later test switches determinism, depending on test order (xdist,
+    shards). So when torch is loaded, that import happens out here, once."""
+    if "torch" in sys.modules:
+        import torch._inductor.config  # noqa: F401
+
+
 @pytest.fixture
-def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+def project(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, _torch_inductor_imported: None
+) -> Callable[..., Path]:
     """Write files (dedented) into the pytester directory.
 
     ``project({"suites/unit/test_a.py": src})``.

@@ -360,6 +360,50 @@ def test_the_hypothesis_profile_follows_ci_and_the_nightly_switch(
     result.stdout.fnmatch_lines([f"*{expected}*"])
 
 
+PINNED_PROBE = {
+    "suites/property/test_pinned.py": """
+        import pytest
+        from hypothesis import given, settings, strategies as st
+
+        CALLS = {}
+
+        @settings(max_examples=8, database=None)
+        @given(st.integers())
+        @pytest.mark.parametrize("case", ["a", "b"])
+        def test_pinned(case, x):
+            CALLS[case] = CALLS.get(case, 0) + 1
+
+        @settings(max_examples=600, database=None)  # at or above the nightly cap: left alone
+        @given(st.integers())
+        def test_large(x):
+            CALLS["large"] = CALLS.get("large", 0) + 1
+
+        def test_report():  # runs last (file order)
+            print("CALLS", sorted(CALLS.items()))
+    """
+}
+
+
+@pytest.mark.parametrize(
+    ("profile_env", "expected"),
+    [
+        # nightly: a pinned count x5 (the factor), once per function although parametrized.
+        ("nightly", "CALLS [('a', 40), ('b', 40), ('large', 600)]"),
+        (None, "CALLS [('a', 8), ('b', 8), ('large', 600)]"),
+    ],
+    ids=["nightly-raises-pinned-counts", "dev-keeps-them"],
+)
+def test_the_nightly_profile_raises_counts_that_tests_pin_themselves(
+    project, pytester, monkeypatch, profile_env, expected
+):
+    project(PINNED_PROBE)
+    if profile_env:
+        monkeypatch.setenv("HYPOTHESIS_PROFILE", profile_env)
+    result = pytester.runpytest("-s", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+    assert expected in result.stdout.str()
+
+
 def test_the_tier_table_decides_harness_cis_default_tiers(tmp_path):
     from harness import tiers
 
