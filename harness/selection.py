@@ -210,17 +210,29 @@ class ImportGraph:
             return ".".join([*anchor, *([node.module] if node.module else [])])
         return node.module or ""
 
-    def _imports_of(self, name: str) -> set[str]:
+    def _imports_of(self, name: str, *, timing: bool = False) -> set[str]:
+        """The project modules ``name`` depends on. With ``timing`` (the benchmarks' graph):
+        a ``from pkg import name`` depends on the module that defines ``name`` (not on every
+        module ``pkg/__init__.py`` re-exports), a package's pure re-exports are not its own
+        dependencies, and ``import pkg`` or ``"pkg"`` in a string depends on all of it.
+        (Conftest edges are added by ``__init__`` to the tests' graph only: asv does not
+        load conftest files.)"""
         tree = self._trees[name]
         if tree is None:
             return set()
         package = self._package_of(name)
+        reexported = self._reexports(name) if timing and name in self.packages else {}
         found: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     found |= self._project(alias.name) | self._sibling(package, alias.name)
+                    if timing and alias.name.split(".")[0] in self.tops:
+                        found |= self._whole(alias.name)
             elif isinstance(node, ast.ImportFrom):
+                pure = [(a.asname or a.name) in reexported for a in node.names]
+                if reexported and node in tree.body and all(pure):
+                    continue  # a pure re-export: who uses the name depends on its module
                 base = self._from_base(package, node)
                 if not node.level:
                     found |= self._sibling(package, base)
@@ -228,12 +240,16 @@ class ImportGraph:
                 for alias in node.names:  # ``from pkg import module``
                     if f"{base}.{alias.name}" in self.files:
                         found.add(f"{base}.{alias.name}")
+                    elif timing and base.split(".")[0] in self.tops:
+                        found |= self._defining(base, alias.name)
             elif (
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
                 and node.value in self.files
             ):
                 found |= self._project(node.value)
+                if timing:
+                    found |= self._whole(node.value)
                 # ``python -m pkg`` (or runpy) runs pkg/__main__.py, which nothing imports.
                 if f"{node.value}.__main__" in self.files:
                     found.add(f"{node.value}.__main__")
@@ -306,53 +322,11 @@ class ImportGraph:
                     stack.append(target)
         return seen
 
-    def _perf_imports_of(self, name: str) -> set[str]:
-        """Like :meth:`_imports_of`, but a ``from pkg import name`` depends on the module that
-        defines ``name`` (not on every module ``pkg/__init__.py`` re-exports), a package's
-        pure re-exports are not its own dependencies, and conftest files do not count (asv
-        does not load them)."""
-        tree = self._trees[name]
-        if tree is None:
-            return set()
-        package = self._package_of(name)
-        found: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    found |= self._project(alias.name) | self._sibling(package, alias.name)
-                    if alias.name.split(".")[0] in self.tops:
-                        found |= self._whole(alias.name)
-            elif isinstance(node, ast.ImportFrom):
-                base = self._from_base(package, node)
-                reexported = self._reexports(name) if name in self.packages else {}
-                if node in tree.body and all(
-                    (a.asname or a.name) in reexported for a in node.names
-                ):
-                    continue  # a pure re-export: whoever uses the name depends on its module
-                if not node.level:
-                    found |= self._sibling(package, base)
-                found |= self._project(base)
-                for alias in node.names:
-                    if f"{base}.{alias.name}" in self.files:
-                        found.add(f"{base}.{alias.name}")
-                    elif base.split(".")[0] in self.tops:
-                        found |= self._defining(base, alias.name)
-            elif (
-                isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and node.value in self.files
-            ):
-                found |= self._project(node.value) | self._whole(node.value)
-                if f"{node.value}.__main__" in self.files:
-                    found.add(f"{node.value}.__main__")
-        found.discard(name)
-        return found
-
     def perf_reverse_closure(self, changed: Iterable[str]) -> set[str]:
         """Every module whose timing a change to ``changed`` can move: the reverse closure
-        of the benchmarks' graph (:meth:`_perf_imports_of`)."""
+        of the benchmarks' graph (:meth:`_imports_of` with ``timing``)."""
         if self._perf is None:
-            self._perf = {name: self._perf_imports_of(name) for name in self.files}
+            self._perf = {name: self._imports_of(name, timing=True) for name in self.files}
         return _reverse_closure(self._perf, changed)
 
     def _sibling(self, folder: str, name: str) -> set[str]:

@@ -44,12 +44,17 @@ PROJECT = {
 }
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    for rel, text in PROJECT.items():
-        path = tmp_path / rel
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    _write(tmp_path, PROJECT)
     return tmp_path
 
 
@@ -233,11 +238,7 @@ BENCH_PROJECT = {
 
 @pytest.fixture
 def bench_root(tmp_path: Path) -> Path:
-    for rel, text in BENCH_PROJECT.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path
+    return _write(tmp_path, BENCH_PROJECT)
 
 
 # What imports the whole package: every change below the package reaches these.
