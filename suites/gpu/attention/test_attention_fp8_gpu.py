@@ -61,8 +61,10 @@ def errors(attn, q, k, v, causal, **kw):
     out = attn.attention_fp8(q, k, v, causal=causal, **kw)
     assert out.shape == q.shape and torch.isfinite(out).all()
     exact = attn.reference_attention(q.double(), k.double(), v.double(), causal=causal)
-    qq, kk = attn.quantize_fp8(q), attn.quantize_fp8(k)
-    vv = attn.quantize_fp8(v, transpose=True)
+    # The reference dequantizes what the kernel computes on: the same rows per scale.
+    size = {"block_size": kw["block_size"]} if "block_size" in kw else {}
+    qq, kk = attn.quantize_fp8(q, **size), attn.quantize_fp8(k, **size)
+    vv = attn.quantize_fp8(v, transpose=True, **size)
     deq = attn.reference_attention(
         *(t.dequantize(torch.float64) for t in (qq, kk, vv)), causal=causal
     )
@@ -110,11 +112,16 @@ def test_prequantized_inputs_give_the_same_bits(attn):
 @pytest.mark.parametrize("block_size", [64, 256])
 def test_other_block_sizes_and_fp16_output(attn, block_size):
     q, k, v = make(1, 4, 4, 640, 640, 128, dtype=torch.float16)
-    exact, deq = errors(attn, q, k, v, False, block_size=block_size)
-    assert deq <= FP8_VS_DEQUANT_TOL and exact <= FP8_VS_EXACT_TOL
+    # Each output dtype against the references, not the two outputs against each other:
+    # triton's autotuner keys its choice on the arguments' dtypes too, so the two calls may
+    # run different tilings, and P's e4m3 rounding follows the tiling (the running max it is
+    # scaled by): on an H200 the bf16 and fp16 outputs differed by 1.06e-2 in half of 12
+    # runs with identical inputs, both inside the bounds below.
+    for out_dtype in (torch.bfloat16, torch.float16):
+        exact, deq = errors(attn, q, k, v, False, block_size=block_size, out_dtype=out_dtype)
+        assert deq <= FP8_VS_DEQUANT_TOL and exact <= FP8_VS_EXACT_TOL, (out_dtype, exact, deq)
     out = attn.attention_fp8(q, k, v, block_size=block_size, out_dtype=torch.float16)
     assert out.dtype == torch.float16
-    assert rel_error(out, attn.attention_fp8(q, k, v, block_size=block_size)) <= 4e-3  # bf16 u
 
 
 @pytest.mark.parametrize("transpose", [False, True], ids=["rows", "transposed"])
