@@ -163,6 +163,10 @@ class SeaweedServer:
             # AWS-like strictness: a missing bucket is an error, not created on upload.
             "-s3.autoCreateBucket=false",
             "-s3.allowDeleteBucketNotEmpty=false",
+            # Every bucket is a collection with a volume of its own. Left at 0, the limit is
+            # free disk / 1 GiB: 30 buckets on a disk with 30 GB free, and a test suite's 31st
+            # bucket then fails ("no free volumes left"). Volumes are not preallocated.
+            "-volume.max=1000",
             f"-s3.localSocket={self.workdir / 's3.sock'}",
             f"-filer.localSocket={self.workdir / 'f.sock'}",
             "-admin.ui=false",
