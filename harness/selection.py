@@ -230,8 +230,11 @@ class ImportGraph:
                     if timing and alias.name.split(".")[0] in self.tops:
                         found |= self._whole(alias.name)
             elif isinstance(node, ast.ImportFrom):
-                pure = [(a.asname or a.name) in reexported for a in node.names]
-                if reexported and node in tree.body and all(pure):
+                if (
+                    reexported
+                    and node in tree.body
+                    and all((a.asname or a.name) in reexported for a in node.names)
+                ):
                     continue  # a pure re-export: who uses the name depends on its module
                 base = self._from_base(package, node)
                 if not node.level:
