@@ -357,6 +357,8 @@ def _compare(
         return
     if _tensors_all_close(actual, expected, rtol, atol, equal_nan, check_dtype):
         return
+    if _arrays_all_close(actual, expected, rtol, atol, check_dtype):
+        return
     lines = _compare_leaves(
         _to_leaf(actual, path),
         _to_leaf(expected, expected_path),
@@ -498,9 +500,11 @@ def _tensors_all_close(
 ) -> bool:
     """Fast path: True when two dense real torch tensors on one device are close everywhere.
 
-    Decided where the tensors live (a CUDA comparison never leaves the GPU) with the same rule
-    as :func:`_isclose`, in float64. False means "not shown close here", never "not close":
-    the NumPy path then decides and writes the message, so a failure is reported the same way.
+    Decided where the tensors live (a CUDA comparison never leaves the GPU), in their own
+    precision, with a margin that makes a True as certain as the exact rule of :func:`_isclose`
+    in float64 (:func:`_proof_margin`). False means "not shown close here", never "not close":
+    the NumPy path then decides and writes the message, so a failure is reported the same way,
+    and pairs within a few units of rounding of the bound are decided there too.
     """
     tensor = _torch_tensor_type()
     if tensor is None or not (isinstance(a, tensor) and isinstance(e, tensor)):
@@ -525,8 +529,83 @@ def _tensors_all_close(
         rtol, atol, _ = _tolerances(a_dtype, e_dtype, rtol, atol)
     except ValueError:
         return False
-    a64, e64 = a.detach().to(torch.float64), e.detach().to(torch.float64)
-    return bool(torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=equal_nan).all())
+    # Computed in the inputs' own precision (at least float32, where bfloat16 and float16 widen
+    # exactly): a float64 copy of both sides would cost more than the comparison itself.
+    # (torch refuses to promote float8 types; every float type but float64 widens into float32.)
+    dtype = torch.float64 if torch.float64 in (a.dtype, e.dtype) else torch.float32
+    finfo = torch.finfo(dtype)
+    margin = _proof_margin(rtol, atol, finfo.eps, finfo.tiny)
+    if margin is None or a.numel() == 0:
+        return False
+    shrunk_rtol, limit = margin
+    a, e = a.detach().to(dtype), e.detach().to(dtype)
+    excess = torch.sub(a, e).abs_()  # |a - e|
+    excess.sub_(e.abs().mul_(shrunk_rtol))  # |a - e| - rtol' |e|; NaN stays NaN
+    return _within(float(excess.max()), limit)
+
+
+def _arrays_all_close(
+    a: Any, e: Any, rtol: float | None, atol: float | None, check_dtype: bool
+) -> bool:
+    """Fast path for two real NumPy float arrays of one shape: True when close everywhere.
+
+    The NumPy twin of :func:`_tensors_all_close`, with the same contract: False only means
+    "not shown close here" and sends the comparison down the exact path.
+    """
+    if not (isinstance(a, np.ndarray) and isinstance(e, np.ndarray)):
+        return False
+    if a.shape != e.shape or a.size == 0:
+        return False
+    # Not longdouble: the exact path compares in float64, and a proof in a wider format could
+    # disagree with it on values that float64 rounds.
+    if not {a.dtype.name, e.dtype.name} <= {"float16", "float32", "float64"}:
+        return False
+    if check_dtype and a.dtype != e.dtype:
+        return False
+    try:
+        rtol, atol, _ = _tolerances(a.dtype.name, e.dtype.name, rtol, atol)
+    except ValueError:
+        return False
+    dtype = np.promote_types(np.promote_types(a.dtype, e.dtype), np.float32)
+    finfo = np.finfo(dtype)
+    margin = _proof_margin(rtol, atol, float(finfo.eps), float(finfo.tiny))
+    if margin is None:
+        return False
+    shrunk_rtol, limit = margin
+    with np.errstate(invalid="ignore", over="ignore"):
+        excess = np.subtract(a, e, dtype=dtype)
+        np.abs(excess, out=excess)
+        scaled = np.abs(e).astype(dtype, copy=False)  # a fresh array either way
+        scaled *= dtype.type(shrunk_rtol)
+        excess -= scaled
+        return _within(float(excess.max()), limit)
+
+
+def _proof_margin(rtol: float, atol: float, eps: float, tiny: float) -> tuple[float, float] | None:
+    """``(rtol', limit)`` such that ``max(|a - e| - rtol' |e|) <= limit``, computed in a float
+    format with machine epsilon ``eps`` and smallest normal ``tiny``, proves
+    ``|a - e| <= atol + rtol |e|`` for every element in exact arithmetic (and so in the float64
+    arithmetic of the exact path); None where no such proof is offered.
+
+    Each rounded operation (the subtraction, the product, the conversion of rtol, the final
+    subtraction) errs by at most eps/2 relative, or by half the smallest subnormal
+    ``tiny * eps`` absolute near zero. Shrinking both tolerances by 64 such units and taking
+    eight subnormals off the limit covers all of them with room to spare; a pair that close to
+    the bound (a few parts per million in float32) is left to the exact path.
+    """
+    # Overflow needs no guard: where rtol' |e| rounds to inf, the true bound is past the
+    # format's largest value, which no finite |a - e| computed here exceeds (an infinite one
+    # gives inf - inf = NaN, which is never within). A subnormal rtol would lose its relative
+    # precision in the conversion: not worth a proof, the exact path takes it.
+    if 0.0 < rtol < tiny:
+        return None
+    shrink = 1.0 - 32.0 * eps  # 64 units of eps/2
+    return rtol * shrink, atol * shrink - 8.0 * tiny * eps
+
+
+def _within(worst_excess: float, limit: float) -> bool:
+    # NaN (from a NaN or from inf - inf) is never within: the exact path decides those.
+    return worst_excess <= limit
 
 
 def _compare_leaves(

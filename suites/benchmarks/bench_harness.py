@@ -193,6 +193,27 @@ class AssertClose:
         harness.assert_close(self.actual, self.expected)
 
 
+class AssertCloseBesideTorch:
+    """harness.assert_close and torch.testing.assert_close on the same float32 tensors.
+
+    Side by side in one run, so the ratio holds on a busy machine: the target is harness within
+    1.2x of torch.testing on the CPU (docs/benchmarks/harness.md).
+    """
+
+    params = ([1_000_000, 16_000_000], ["harness", "torch.testing"])
+    param_names = ["size", "impl"]
+
+    def setup(self, size, impl):
+        import torch
+
+        self.actual, self.expected = _close_pair(size, "torch.float32")
+        _check_assert_close_works(self.actual, self.expected)
+        self.compare = harness.assert_close if impl == "harness" else torch.testing.assert_close
+
+    def time_assert_close(self, size, impl):
+        self.compare(self.actual, self.expected)
+
+
 class GpuAssertClose:
     """harness.assert_close on CUDA tensors (GPU group: skipped without CUDA)."""
 
@@ -213,3 +234,18 @@ class GpuAssertClose:
     def time_assert_close(self, size, kind):
         # assert_close returns a Python verdict, so the device work is finished on return.
         harness.assert_close(self.actual, self.expected)
+
+
+class GpuAssertCloseBesideTorch(AssertCloseBesideTorch):
+    """The side-by-side pair on CUDA tensors (GPU group: skipped without CUDA); the target is
+    harness within 2x of torch.testing at 16M elements."""
+
+    def setup(self, size, impl):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise NotImplementedError("CUDA is not available")
+        self.actual, self.expected = _close_pair(size, "torch.float32", device="cuda")
+        _check_assert_close_works(self.actual, self.expected)
+        self.compare = harness.assert_close if impl == "harness" else torch.testing.assert_close
+        torch.cuda.synchronize()

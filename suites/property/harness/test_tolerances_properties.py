@@ -112,3 +112,68 @@ def test_rel_error_of_the_negation_is_exactly_two_over_the_whole_float64_range(x
     if not np.any(x):
         return  # ||x|| == 0 has its own rule, tested in the unit tests
     assert rel_error(x, -x) == 2.0
+
+
+# The passing path is proved in the inputs' own precision with a margin for rounding
+# (harness.tolerances._proof_margin); these two pin it at the most adversarial points: the
+# first representable value past the exact float64 bound, and the last one inside it, for
+# random tolerances (zero, subnormal and large ones included) and magnitudes.
+TOLERANCES = st.tuples(
+    st.sampled_from([0.0, 1e-45, 1e-8, 1.3e-6, 1e-3, 0.5, 1.0, 2.0]) | st.floats(0, 1),
+    st.sampled_from([0.0, 1e-45, 1e-320, 1e-5, 1.0]) | st.floats(0, 1e-3),
+)
+
+
+def _ordered(x, dtype):
+    """The float's rank among all values of ``dtype`` (an integer, -0.0 and 0.0 both 0)."""
+    bits = int(np.array(x, dtype).view(np.int32 if dtype is np.float32 else np.int64))
+    return bits if bits >= 0 else -(bits & ~np.iinfo(np.int64).min)
+
+
+def _from_ordered(k, dtype):
+    int_type = np.int32 if dtype is np.float32 else np.int64
+    bits = k if k >= 0 else (-k) | int(np.iinfo(int_type).min)
+    return np.array(bits, dtype=int_type).view(dtype)[()]
+
+
+def _boundary_pair(dtype, e, rtol, atol, inside):
+    """``(actual, expected)`` arrays where actual[1] is the last (``inside``) or the first value
+    of ``dtype`` above expected[1] that the exact rule accepts (rejects); None when the bound
+    reaches past the dtype's range."""
+    e = dtype(e)
+
+    def accepted(a):  # the exact rule: float64 arithmetic, as harness.tolerances._isclose
+        return abs(float(a) - float(e)) <= atol + rtol * abs(float(e))
+
+    lo, hi = _ordered(e, dtype), _ordered(np.finfo(dtype).max, dtype)
+    if accepted(_from_ordered(hi, dtype)):
+        return None
+    while hi - lo > 1:  # accepted(lo) and not accepted(hi): bisect on the rank
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if accepted(_from_ordered(mid, dtype)) else (lo, mid)
+    a = _from_ordered(lo if inside else hi, dtype)
+    return np.array([e, a], dtype), np.array([e, e], dtype)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from([np.float32, np.float64]),
+    st.floats(-1e30, 1e30, allow_subnormal=True) | st.sampled_from([0.0, 1e-40, 1e-310]),
+    TOLERANCES,
+    st.booleans(),
+)
+def test_the_first_value_past_the_exact_bound_fails_and_the_last_inside_passes(
+    dtype, e, tolerances, torch_tensors
+):
+    rtol, atol = tolerances
+    outside = _boundary_pair(dtype, e, rtol, atol, inside=False)
+    inside = _boundary_pair(dtype, e, rtol, atol, inside=True)
+    if outside is None or inside is None:
+        return  # the bound reaches past the dtype's range: nothing to step over
+    if torch_tensors:
+        torch = pytest.importorskip("torch")
+        outside = tuple(torch.from_numpy(x) for x in outside)
+        inside = tuple(torch.from_numpy(x) for x in inside)
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 2 "):
+        assert_close(*outside, rtol=rtol, atol=atol)
+    assert_close(*inside, rtol=rtol, atol=atol)

@@ -782,3 +782,52 @@ def test_rel_error_with_an_unmatched_complex_infinity_is_infinite(a, b):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert rel_error(np.array([a, 1.0]), np.array([b, 1.0])) == math.inf
+
+
+# --- the passing path ----------------------------------------------------------------------------
+# White-box on purpose: the fast path's verdict is invisible from outside (the exact path gives
+# the same answer, only slower), so a change that made it decline everything would lose its
+# speed silently. These pin that it decides the common passing case and declines what only the
+# exact path may decide.
+
+
+@pytest.mark.parametrize("name", ["float32", "float64", "float16", "bfloat16"])
+def test_clearly_close_tensors_are_decided_by_the_fast_path_in_their_own_precision(name):
+    from harness.tolerances import _tensors_all_close
+
+    expected = torch.linspace(-3, 3, 1001, dtype=getattr(torch, name))
+    rtol, atol = SPEC[name]
+    actual = expected.double().add(0.5 * atol).to(expected.dtype)  # half the bound at most
+    assert _tensors_all_close(actual, expected, None, None, False, True)
+
+
+@pytest.mark.parametrize("name", ["float16", "float32", "float64"])
+def test_clearly_close_numpy_arrays_are_decided_by_the_fast_path(name):
+    from harness.tolerances import _arrays_all_close
+
+    expected = np.linspace(-3, 3, 1001).astype(name)
+    assert _arrays_all_close(expected.copy(), expected, None, None, True)
+
+
+@pytest.mark.parametrize(
+    "special",
+    [math.nan, math.inf, -math.inf],
+)
+def test_nan_and_infinities_are_left_to_the_exact_path(special):
+    from harness.tolerances import _arrays_all_close, _tensors_all_close
+
+    values = [1.0, special]
+    assert not _tensors_all_close(
+        torch.tensor(values), torch.tensor(values), None, None, True, True
+    )
+    assert not _arrays_all_close(np.array(values), np.array(values), None, None, True)
+    # ... which still decides them: equal infinities match, NaN only with equal_nan.
+    assert_close(torch.tensor(values), torch.tensor(values), equal_nan=True)
+
+
+def test_a_subnormal_rtol_is_left_to_the_exact_path():
+    from harness.tolerances import _arrays_all_close
+
+    x = np.ones(3, np.float32)
+    assert not _arrays_all_close(x, x.copy(), 1e-40, 0.0, True)
+    assert _arrays_all_close(x, x.copy(), 1e-30, 0.0, True)
