@@ -104,7 +104,7 @@ def mutate_command(
             tests = _mutation.named_tests(root, test_patterns)
         for path in paths:  # bad input fails before any slow work starts
             posix = Path(path).as_posix()
-            if tests is not None and posix.startswith("suites/"):
+            if tests is not None and _mutation.is_test_file(root, posix):
                 raise _mutation.MutationError(
                     f"{path}: a test file given as a module; an unquoted --tests glob? "
                     "Quote it (--tests 'suites/.../test_x*.py') or repeat --tests per file"

@@ -11,6 +11,7 @@ from typing import ParamSpec, TypeVar
 import click
 from rich.console import Console
 
+from harness import layout as _layout
 from harness import pipeline, seeding
 from harness import prmode as _prmode
 from harness import report as _report
@@ -27,10 +28,9 @@ R = TypeVar("R")
 
 
 def _project_root() -> Path:
-    """The nearest directory at or above the current one with a pyproject.toml (pytest's
-    rootdir in this project's layout), else the current directory."""
-    here = Path.cwd().resolve()
-    return next((d for d in (here, *here.parents) if (d / "pyproject.toml").is_file()), here)
+    """pytest's rootdir from the current directory (harness.layout.find_rootdir: the first
+    folder with a pytest configuration file, else the nearest pyproject.toml's)."""
+    return _layout.find_rootdir(Path.cwd())[0]
 
 
 def _tier_list(value: str | None, option: str = "--tier") -> list[str]:
@@ -266,10 +266,11 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
   4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf; in
                     pull-request mode only the benchmark files the change reaches
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
-Modes: --pr (default) selects from the files changed since --changed-since REF (default
-origin/main, else main) and the import graph; a change to harness/, a conftest.py, the lock
-files or pyproject.toml selects everything. --full runs every test and benchmark (main and
-nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
+Modes: --pr (default) selects from the files changed since --changed-since REF (default: the
+default branch: origin/HEAD, else origin/main, origin/master, main, master) and the import
+graph; a change to a conftest.py, the configuration or a module no test imports selects
+everything. The perf gate's baseline comes from the same REF. --full runs every test and
+benchmark (main and nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
 """,
 )
 @click.option(
@@ -304,7 +305,8 @@ nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
     "changed_since",
     metavar="REF",
     default=None,
-    help="Base of the change in --pr mode (default: origin/main, else main; none: full run).",
+    help="Base of the change in --pr mode and of the perf gate's baseline (default: "
+    "origin/HEAD, else origin/main, origin/master, main, master; none: full run).",
 )
 @click.option(
     "--workers",
@@ -333,7 +335,11 @@ def ci_command(
     try:
         tier_names = _tier_list(tiers) if tiers is not None else _default_tiers()
         seed = _check_seed(seed)
-        plan = _prmode.Plan(selection=None, note="full run (--full): every test and benchmark")
+        plan = _prmode.Plan(
+            selection=None,
+            note="full run (--full): every test and benchmark",
+            base_ref=changed_since,
+        )
         if pr_mode:
             try:
                 plan = _prmode.plan(Path.cwd(), base_ref=changed_since, workers=workers)

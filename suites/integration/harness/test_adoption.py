@@ -1,0 +1,78 @@
+"""Another team's repository from the outside: a flat ``tests/`` folder, a ``master`` branch,
+the layout in ``[tool.harness]``; ``harness ci`` selects in it and never passes by running
+nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# The env check step compares this venv with the repository's lock: the project under test
+# has none of its own.
+LOCK = Path(__file__).resolve().parents[3] / "requirements" / "cpu.lock"
+
+FLAT = {
+    "mylib/__init__.py": "",
+    "mylib/core.py": "def f():\n    return 1\n",
+    "mylib/extra.py": "def g():\n    return 2\n",
+    "mylib/untested.py": "def h():\n    return 3\n",
+    "tests/test_core.py": "from mylib.core import f\n\ndef test_f():\n    assert f() == 1\n",
+    "tests/test_extra.py": "from mylib.extra import g\n\ndef test_g():\n    assert g() == 2\n",
+    "pyproject.toml": (
+        "[tool.pytest.ini_options]\ntestpaths = ['tests']\n\n"
+        "[tool.harness]\nsuites_dir = 'tests'\n\n"
+        "[tool.harness.tiers.tests]\npaths = ['tests']\n"
+    ),
+    ".gitignore": "r/\nstdout\nstderr\n__pycache__/\n.pytest_cache/\n",
+}
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+
+
+def _ci(pytester):
+    result = pytester.run(
+        sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--workers", "0",
+        "--lock", str(LOCK), "--report-dir", "r", timeout=300,
+    )  # fmt: skip
+    selection = json.loads((pytester.path / "r" / "selection.json").read_text())
+    return result, selection
+
+
+def test_a_flat_tests_layout_on_master_runs_what_a_change_reaches_and_all_for_untested_code(
+    project, pytester, monkeypatch
+):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    root = project(FLAT)
+    _git(root, "init", "-q", "-b", "master")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    _git(root, "checkout", "-qb", "feature")
+
+    # A change to a library module that breaks its test: that test runs (the base branch is
+    # found without --changed-since) and the run fails.
+    (root / "mylib/core.py").write_text("def f():\n    return 2\n")
+    result, selection = _ci(pytester)
+    assert selection["base_ref"] == "master", selection
+    assert selection["tests"] == ["tests/test_core.py"], selection
+    assert result.ret == 1, result.stdout.str()
+    cpu = json.loads((root / "r" / "cpu" / "report.json").read_text())
+    assert [t["nodeid"] for t in cpu["tests"]] == ["tests/test_core.py::test_f"]
+    (root / "mylib/core.py").write_text("def f():\n    return 1\n")
+
+    # A change to a module no test imports: said so, and every test runs.
+    (root / "mylib/untested.py").write_text("def h():\n    return 4\n")
+    result, selection = _ci(pytester)
+    assert result.ret == 0, result.stdout.str()
+    assert selection["everything"], selection
+    result.stdout.fnmatch_lines(["*mylib/untested.py changed, and no test file imports it*"])
+    cpu = json.loads((root / "r" / "cpu" / "report.json").read_text())
+    assert len(cpu["tests"]) == 2
