@@ -11,6 +11,7 @@ from typing import ParamSpec, TypeVar
 import click
 from rich.console import Console
 
+from harness import extras as _extras
 from harness import layout as _layout
 from harness import pipeline, seeding
 from harness import prmode as _prmode
@@ -213,6 +214,11 @@ def run_command(
         seed = _check_seed(seed)
         args = _check_pytest_args(pytest_args)
         if shard is not None or store_durations:
+            problem = _extras.missing(
+                "pytest_split", "--shard" if shard is not None else "--store-durations"
+            )
+            if problem:
+                raise UsageProblem(problem)
             try:
                 _shards.check_durations(durations_path)
             except _shards.ShardError as exc:
@@ -333,6 +339,7 @@ def ci_command(
     """
     report_dir, aborted = _bad_input(pipeline.begin_ci, report_dir)
     try:
+        _check_ci_needs(pr_mode, workers, perf)
         tier_names = _tier_list(tiers) if tiers is not None else _default_tiers()
         seed = _check_seed(seed)
         plan = _prmode.Plan(
@@ -359,6 +366,27 @@ def ci_command(
     click.echo(result.summary)
     console.print("reports: " + ", ".join(map(str, result.written)), soft_wrap=True)
     sys.exit(0 if result.ok else 1)
+
+
+def _check_ci_needs(pr_mode: bool, workers: str, perf: bool) -> None:
+    """What the steps will need, checked before any of them runs (exit 2 with the install
+    line): a run that stopped half-way, or one that quietly left a step out, would say less."""
+    if workers != "auto" and not (workers.isdigit() and workers.isascii()):
+        raise UsageProblem(f"--workers {workers!r}: give a number of workers, 0 or auto")
+    if pr_mode and workers != "0":
+        problem = _extras.missing("xdist", f"--workers {workers}")
+        if problem:
+            raise UsageProblem(f"{problem}, or pass --workers 0 (no parallel workers)")
+    if perf:
+        problem = _extras.missing("asv", "the perf gate")
+        if problem:
+            raise UsageProblem(f"{problem}, or pass --no-perf")
+        config = Path.cwd() / "asv.conf.json"  # where the perf step reads it
+        if not config.is_file():
+            raise UsageProblem(
+                f"the perf gate needs an asv project ({config} not found): add one "
+                '(docs/adopting.md, "Performance"), or pass --no-perf'
+            )
 
 
 COMMANDS = [run_command, ci_command]
