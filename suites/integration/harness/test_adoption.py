@@ -1,6 +1,6 @@
 """Another team's repository from the outside: a flat ``tests/`` folder, a ``master`` branch,
-the layout in ``[tool.harness]``; ``harness ci`` selects in it and never passes by running
-nothing."""
+``harness init`` run in it; ``harness ci`` then selects there and never passes by running
+nothing, and plain pytest (with or without the plugin) keeps working."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from click.testing import CliRunner
+
+from harness.cli import main
 
 # The env check step compares this venv with the repository's lock: the project under test
 # has none of its own.
@@ -20,13 +24,18 @@ FLAT = {
     "mylib/untested.py": "def h():\n    return 3\n",
     "tests/test_core.py": "from mylib.core import f\n\ndef test_f():\n    assert f() == 1\n",
     "tests/test_extra.py": "from mylib.extra import g\n\ndef test_g():\n    assert g() == 2\n",
-    "pyproject.toml": (
-        "[tool.pytest.ini_options]\ntestpaths = ['tests']\n\n"
-        "[tool.harness]\nsuites_dir = 'tests'\n\n"
-        "[tool.harness.tiers.tests]\npaths = ['tests']\n"
-    ),
+    "pyproject.toml": "[project]\nname = 'mylib'\n\n[tool.pytest.ini_options]\naddopts = '-ra'\n",
     ".gitignore": "r/\nstdout\nstderr\n__pycache__/\n.pytest_cache/\n",
 }
+
+
+PASSING = "def test_ok():\n    pass\n"
+
+
+def _init(root: Path, monkeypatch) -> None:
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(main, ["init"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
 
 
 def _git(root: Path, *args: str) -> None:
@@ -52,6 +61,7 @@ def test_a_flat_tests_layout_on_master_runs_what_a_change_reaches_and_all_for_un
 ):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     root = project(FLAT)
+    _init(root, monkeypatch)  # harness init: [tool.harness] over tests/, quarantine.toml
     _git(root, "init", "-q", "-b", "master")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "base")
@@ -76,3 +86,29 @@ def test_a_flat_tests_layout_on_master_runs_what_a_change_reaches_and_all_for_un
     result.stdout.fnmatch_lines(["*mylib/untested.py changed, and no test file imports it*"])
     cpu = json.loads((root / "r" / "cpu" / "report.json").read_text())
     assert len(cpu["tests"]) == 2
+
+
+def test_after_init_pytest_runs_the_tiers_and_without_the_plugin_warns_of_nothing(
+    project, pytester, monkeypatch
+):
+    root = project(
+        {
+            "pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = ['tests']\n",
+            "tests/test_a.py": PASSING,
+            "tests/unit/test_u.py": PASSING,
+            "tests/goldens_test.py": (
+                "def test_g(golden):\n    golden.check('x', 1.0, rtol=0, atol=0)\n"
+            ),
+        }
+    )
+    _init(root, monkeypatch)
+    result = pytester.runpytest_subprocess("--tier", "tests")
+    result.assert_outcomes(passed=2)
+    # Goldens sit next to the configured suites, not in a suites/ folder the project lacks.
+    assert (root / "tests/goldens/goldens_test.json").is_file()
+    assert not (root / "suites").exists()
+    bare = pytester.runpytest_subprocess(
+        "-p", "no:harness", "-W", "error::pytest.PytestConfigWarning"
+    )
+    bare.assert_outcomes(passed=2, errors=1)  # the golden fixture is the plugin's own
+    assert "Unknown config option" not in bare.stdout.str()
