@@ -234,6 +234,15 @@ def _env_step(lock: Path | None, allow_extra: bool) -> Step:
     from harness import environment
 
     path = lock or environment.default_lock_path()
+    if lock is None and not path.exists():
+        # A project that keeps no lock file (most that adopt the harness) has nothing to
+        # compare with: the step says so instead of failing every run, and --lock names one.
+        return Step(
+            "env check",
+            StepStatus.SKIPPED,
+            f"no lock file at {path}: nothing to compare the environment with "
+            "(pass --lock FILE to check one)",
+        )
     try:
         drift = environment.check(path)
     except environment.LockFileError as exc:

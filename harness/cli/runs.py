@@ -150,7 +150,8 @@ Examples:
     "--tier",
     "tiers",
     metavar="TIER[,TIER]",
-    help="Tiers to run (folders under suites/). Default: every tier.",
+    help="Tiers to run (harness.tiers: folders of the suites dir or declared paths). "
+    "Default: every tier.",
 )
 @click.option(
     "--report-dir",
