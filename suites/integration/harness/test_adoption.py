@@ -5,8 +5,10 @@ nothing, and plain pytest (with or without the plugin) keeps working."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -110,3 +112,68 @@ def test_after_init_pytest_runs_the_tiers_and_without_the_plugin_warns_of_nothin
     )
     bare.assert_outcomes(passed=2, errors=1)  # the golden fixture is the plugin's own
     assert "Unknown config option" not in bare.stdout.str()
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_the_built_wheel_installed_in_a_fresh_venv_sets_up_and_gates_a_flat_project(
+    project, pytester, tmp_path_factory
+):
+    """What it proves: the wheel carries everything the adoption path runs (the package, the
+    ``harness`` script, the ``pytest11`` plugin entry point), and works outside this source
+    tree. What it leaves to pip: resolving the dependencies, which the fresh venv borrows from
+    this one (a .pth file) instead of downloading them (``--no-deps``)."""
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        (src / name).write_bytes((REPO / name).read_bytes())
+    for name in ("harness", "reference_impls"):
+        subprocess.run(["cp", "-r", str(REPO / name), str(src / name)], check=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    built = subprocess.run(
+        [*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (wheel,) = work.glob("ml_harness-*.whl")
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    installed = subprocess.run(
+        [*pip, "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(purelib) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    root = project(FLAT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GITHUB_STEP_SUMMARY")}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(venv / "bin" / argv[0]), *argv[1:]],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    where = run("python", "-c", "import harness; print(harness.__file__)")
+    assert where.stdout.startswith(str(venv)), where  # the wheel's copy, not this tree's
+    assert run("harness", "init").returncode == 0
+    _git(root, "init", "-q", "-b", "master")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    _git(root, "checkout", "-qb", "feature")
+    (root / "mylib/extra.py").write_text("def g():\n    return 3\n")  # breaks test_extra
+    ci = run("harness", "ci", "--no-perf", "--workers", "0", "--report-dir", "r")
+    assert ci.returncode == 1, ci.stdout + ci.stderr
+    selection = json.loads((root / "r" / "selection.json").read_text())
+    assert selection["tests"] == ["tests/test_extra.py"]
+    cpu = json.loads((root / "r" / "cpu" / "report.json").read_text())
+    assert [(t["nodeid"], t["outcome"]) for t in cpu["tests"]] == [
+        ("tests/test_extra.py::test_g", "failed")
+    ]
