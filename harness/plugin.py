@@ -390,8 +390,9 @@ def _untiered_problem(state: HarnessState, path: Path) -> str | None:
     folders = ", ".join(f"{suites}/{name}/" for name in state.tiers)
     return (
         f"{_rel(path, state.rootpath)} is not in a tier folder, so no --tier selection would "
-        f"run its tests: move it into one of {folders} or declare its folder as a tier in "
-        "[tool.harness.tiers] of pyproject.toml"
+        f"run its tests: move it into one of {folders}, or give a tier the paths that hold "
+        "it without moving it ([tool.harness.tiers.NAME] paths = [...]; `harness init` "
+        "writes one for an existing tests folder)"
     )
 
 
