@@ -422,4 +422,3 @@ def test_a_pip_freeze_with_direct_references_pins_the_wheels_version(tmp_path):
 def test_the_environments_editable_installs_are_never_extra(tmp_path):
     # This venv has ml-harness installed editable (make venv): found by its direct_url.json.
     assert "ml-harness" in environment.editable_distributions()
-
