@@ -14,7 +14,15 @@ Two questions every report has to answer before its numbers mean anything:
 Lock file format (what ``requirements/lock.sh`` writes): one requirement per line, either an
 exact pin ``name==version`` or a specifier range ``torch>=2.11,<2.15``; environment markers
 (``; sys_platform == "linux"``) are honoured; ``#`` starts a comment (at the start of a line or
-after whitespace); blank lines are ignored. Anything else is an error naming ``file:line``.
+after whitespace); blank lines are ignored. What other teams' lock files hold is read too:
+pip-tools' and ``uv export``'s ``--hash`` options and backslash continuation lines (the hashes are
+pip's to check at install time), index options (``--index-url`` and friends: where from, not
+what), editable lines (``-e .``, ``-e git+...``: a source tree, whose version is not a pin), and
+``pip freeze``'s direct references (``name @ file:///.../name-1.0-py3-none-any.whl`` is pinned
+to the wheel's version; one whose URL names no version is checked for presence only).
+Anything else, ``-r``/``-c`` includes among it, is an error naming ``file:line``. Editable
+installs in the environment (the project itself, installed with ``pip install -e .``) are never
+extra.
 
 This module knows nothing of click or pytest; ``harness env`` (harness/cli/env.py) fronts it.
 """
@@ -22,6 +30,7 @@ This module knows nothing of click or pytest; ``harness env`` (harness/cli/env.p
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -35,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 __all__ = [
@@ -62,6 +71,23 @@ IGNORED_EXTRAS = frozenset({"pip", "setuptools", "wheel", "ml-harness"})
 
 # pip's rule: '#' starts a comment at the start of a line or after whitespace ('pkg==1 # why').
 _COMMENT = re.compile(r"(^|\s)#.*$")
+# pip-tools and uv write one --hash option per artifact after the requirement.
+_HASH = re.compile(r"\s--hash(=|\s+)\S+")
+# Options that say where packages come from, not which: skipped.
+_SOURCE_OPTIONS = (
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "--find-links",
+    "-f",
+    "--trusted-host",
+    "--no-index",
+    "--pre",
+    "--prefer-binary",
+    "--only-binary",
+    "--no-binary",
+    "--require-hashes",
+)
 
 
 class LockFileError(ValueError):
@@ -180,9 +206,12 @@ def read_lock(path: str | os.PathLike[str]) -> list[LockEntry]:
         raise LockFileError(f"cannot read lock file {path}: {exc}", path=path) from None
 
     entries: dict[str, LockEntry] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = _COMMENT.sub("", raw).strip()
+    for number, raw in _logical_lines(text):
+        line = _HASH.sub("", " " + _COMMENT.sub("", raw)).strip()
         if not line:
+            continue
+        option = line.split()[0].split("=")[0]
+        if option in ("-e", "--editable") or option in _SOURCE_OPTIONS:
             continue
 
         def fail(problem: str, number: int = number, raw: str = raw) -> LockFileError:
@@ -200,7 +229,11 @@ def read_lock(path: str | os.PathLike[str]) -> list[LockEntry]:
                 "'torch>=2.11,<2.15'"
             ) from None
         if requirement.url:
-            raise fail("direct references (name @ url) cannot be checked; pin a version")
+            version = _wheel_version(requirement.url)
+            if version is not None:
+                requirement = Requirement(f"{requirement.name}=={version}")
+            else:
+                requirement = Requirement(f"{requirement.name}>=0a0")  # presence only
         if not requirement.specifier:
             raise fail("no version: expected 'name==version' or a range like 'torch>=2.11,<2.15'")
         entry = LockEntry(requirement, number)
@@ -208,6 +241,51 @@ def read_lock(path: str | os.PathLike[str]) -> list[LockEntry]:
             raise fail(f"{requirement.name} is already locked on line {entries[entry.name].line}")
         entries[entry.name] = entry
     return list(entries.values())
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each line, ``\\``-continued lines joined."""
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        start, joined = pending if pending else (number, "")
+        joined += raw
+        if joined.rstrip().endswith("\\"):
+            pending = (start, joined.rstrip()[:-1] + " ")
+            continue
+        pending = None
+        out.append((start, joined))
+    if pending:
+        out.append(pending)
+    return out
+
+
+def _wheel_version(url: str) -> str | None:
+    """The version a direct reference's wheel file name carries (``pip freeze`` writes
+    ``name @ file:///.../name-1.0-py3-none-any.whl``), else None."""
+    filename = url.rsplit("/", 1)[-1].split("#")[0]
+    if not filename.endswith(".whl"):
+        return None
+    try:
+        return str(parse_wheel_filename(filename)[1])
+    except InvalidWheelFilename:
+        return None
+
+
+def editable_distributions() -> set[str]:
+    """Normalized names of the distributions installed editable (``pip install -e``): the
+    project's own source tree, never an extra package."""
+    names: set[str] = set()
+    for dist in importlib.metadata.distributions():
+        try:
+            direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        except (OSError, ValueError):
+            continue
+        if isinstance(direct, dict) and (direct.get("dir_info") or {}).get("editable"):
+            name = dist.metadata["Name"]
+            if name:
+                names.add(canonicalize_name(name))
+    return names
 
 
 def installed_distributions() -> dict[str, str]:
@@ -235,8 +313,10 @@ def check(
     """
     lock_path = Path(lock_path)
     entries = read_lock(lock_path)
+    editable: set[str] = set()
     if distributions is None:
         distributions = installed_distributions()
+        editable = editable_distributions()
     installed: dict[str, tuple[str, str]] = {
         canonicalize_name(name): (name, ver) for name, ver in distributions.items()
     }
@@ -269,7 +349,9 @@ def check(
     extra = [
         PackageDrift(name, installed=version)
         for canonical, (name, version) in installed.items()
-        if canonical not in locked_names and canonical not in IGNORED_EXTRAS
+        if canonical not in locked_names
+        and canonical not in IGNORED_EXTRAS
+        and canonical not in editable
     ]
 
     def by_name(p: PackageDrift) -> str:

@@ -43,7 +43,9 @@ from typing import Any
 import tomlkit
 
 from harness import atomic
+from harness import layout as _layout
 from harness import selection as _selection
+from harness import tiers as _tiers
 
 __all__ = [
     "CORE_MODULES",
@@ -83,7 +85,7 @@ CORE_MODULE_TESTS: dict[str, tuple[str, ...]] = {
 """The test files (globs, as ``--tests``) a core module is measured against when
 ``harness mutate`` runs with no PATH; the others use the import graph's selection."""
 
-_COPIED_FILES = ("pyproject.toml", "quarantine.toml", "setup.cfg")
+_COPIED_FILES = ("pyproject.toml", "quarantine.toml", "setup.cfg", "tox.ini", "pytest.ini")
 
 
 class MutationError(RuntimeError):
@@ -197,8 +199,10 @@ that execute the mutated function, so the fast tiers are where mutants should di
 
 
 def covering_tests(root: Path, path: str, tiers: Sequence[str] = DEFAULT_TIERS) -> list[str]:
-    """The test files of ``tiers`` (folders under ``suites/``; empty: all) that import
-    ``path``'s module, directly or through other modules."""
+    """The test files of ``tiers`` (empty: all) that import ``path``'s module, directly or
+    through other modules. Test files and tiers are the project's configured ones
+    (harness.layout, harness.tiers), not a fixed suites/ folder."""
+    layout, table = _layout_and_tiers(root)
     graph = _selection.ImportGraph(root)
     module = _module_name(path)
     if module not in graph.files:
@@ -208,9 +212,21 @@ def covering_tests(root: Path, path: str, tiers: Sequence[str] = DEFAULT_TIERS) 
         graph.files[m]
         for m in reached
         if m in graph.files
-        and _selection._is_test_file(graph.files[m])
-        and (not tiers or PurePosixPath(graph.files[m]).parts[1] in tiers)
+        and layout.is_test_file(graph.files[m])
+        and (not tiers or _tiers.tier_of(table, layout.suites_dir, graph.files[m]) in tiers)
     )
+
+
+def is_test_file(root: Path, rel: str) -> bool:
+    """Whether ``rel`` (relative to ``root``) is one of the project's test files."""
+    return _layout_and_tiers(root)[0].is_test_file(rel)
+
+
+def _layout_and_tiers(root: Path) -> tuple[_layout.Layout, dict[str, _tiers.Tier]]:
+    try:
+        return _layout.read(root), _tiers.project_tiers(root)
+    except (_layout.LayoutError, _tiers.TierConfigError) as exc:
+        raise MutationError(str(exc)) from None
 
 
 def named_tests(root: Path, patterns: Sequence[str]) -> list[str]:
@@ -219,6 +235,7 @@ def named_tests(root: Path, patterns: Sequence[str]) -> list[str]:
     graph's selection. Each must match an existing test file (``suites/.../test_*.py``) inside
     the project; the first that does not is a MutationError naming it."""
     top = root.resolve()
+    layout = _layout_and_tiers(root)[0]
     found: list[str] = []
     for pattern in patterns:
         if not pattern.strip():
@@ -245,10 +262,10 @@ def named_tests(root: Path, patterns: Sequence[str]) -> list[str]:
             if not resolved.is_file():
                 raise MutationError(f"--tests {pattern}: no such file under {root}")
             rel = resolved.relative_to(top).as_posix()
-            if not _selection._is_test_file(rel):
+            if not layout.is_test_file(rel):
                 raise MutationError(
                     f"--tests {pattern}: {rel} is not a test file "
-                    "(test files are suites/**/test_*.py or suites/**/*_test.py)"
+                    f"(test files are {layout.describe_test_files()})"
                 )
             found.append(rel)
     return list(dict.fromkeys(found))
@@ -292,7 +309,8 @@ def _prepare(root: Path, path: str, tests: Sequence[str], work: Path) -> list[st
             shutil.copy2(root / name, target)
     else:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", "mutants")
-        for folder in dict.fromkeys((top, "suites")):
+        suites = _layout_and_tiers(root)[0].suites_dir.split("/")[0]
+        for folder in dict.fromkeys((top, suites if suites != "." else top)):
             if (root / folder).is_dir():
                 shutil.copytree(root / folder, work / folder, ignore=ignore)
         for name in _COPIED_FILES:
@@ -505,7 +523,7 @@ def run_module(
     posix = PurePosixPath(Path(path).as_posix())
     if posix.suffix != ".py" or not (root / posix).is_file():
         raise MutationError(f"{path}: no such Python file under {root}; give a module's path")
-    if posix.parts[0] in ("suites",):
+    if _layout_and_tiers(root)[0].is_test_file(str(posix)):
         raise MutationError(f"{path}: a test file; give the module it tests")
     say = progress or (lambda _msg: None)
     if tests is None:

@@ -234,6 +234,15 @@ def _env_step(lock: Path | None, allow_extra: bool) -> Step:
     from harness import environment
 
     path = lock or environment.default_lock_path()
+    if lock is None and not path.exists():
+        # A project that keeps no lock file (most that adopt the harness) has nothing to
+        # compare with: the step says so instead of failing every run, and --lock names one.
+        return Step(
+            "env check",
+            StepStatus.SKIPPED,
+            f"no lock file at {path}: nothing to compare the environment with "
+            "(pass --lock FILE to check one)",
+        )
     try:
         drift = environment.check(path)
     except environment.LockFileError as exc:
@@ -254,13 +263,15 @@ def _env_step(lock: Path | None, allow_extra: bool) -> Step:
     )
 
 
-def _perf_step(report_dir: Path, bench: str | None = None) -> Step:
+def _perf_step(report_dir: Path, bench: str | None = None, base_ref: str | None = None) -> Step:
     try:
         from harness import perf
     except ImportError as exc:  # pragma: no cover - perf ships with the harness
         return Step("perf gate", StepStatus.FAILED, f"harness.perf unavailable: {exc}")
     try:
-        config = perf.PerfStepConfig(bench=bench)
+        # The baseline comes from the same base the tests were selected from: a guessed
+        # default branch could be another one and store the branch's code as the baseline.
+        config = perf.PerfStepConfig(bench=bench, base_ref=base_ref)
     except perf.PerfError as exc:  # a pattern pull-request mode derived that does not compile
         return Step("perf gate", StepStatus.FAILED, f"perf step could not run: {exc}")
     result = perf.ci_step(Path.cwd(), report_dir, config)
@@ -377,7 +388,7 @@ def _ci_steps(
             steps.append(Step("perf gate", StepStatus.SKIPPED, plan.skip_perf))
             console.print(f"[yellow]perf gate: skipped[/] ({plan.skip_perf})")
         else:
-            timed(_perf_step, report_dir / "perf", plan.bench)
+            timed(_perf_step, report_dir / "perf", plan.bench, plan.base_ref)
     ok = all(s.status is not StepStatus.FAILED for s in steps)
     return ok, _steps_markdown(steps, ok) + f"\n{plan.note}\n\n" + "\n".join(markdowns)
 

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from harness import goldens as _goldens
+from harness import layout as _layout
 from harness import quarantine as _quarantine
 from harness import report as _report
 from harness import seeding
@@ -161,23 +162,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="leave the environment fingerprint out of the JSON report (it imports torch to "
         "ask about CUDA, ~1-2 s; the flake hunter's many short runs skip it). Default: off.",
     )
+    # The defaults live in harness.layout, which also reads [tool.harness] (a table pytest
+    # never reads, so teammates without the plugin get no "Unknown config option" warning).
     parser.addini(
         "harness_suites_dir",
-        "folder whose subfolders are the tiers, relative to the rootdir (default: suites)",
-        default="suites",
+        "folder whose subfolders are the tiers, relative to the rootdir (default: "
+        "[tool.harness] suites_dir, else suites)",
+        default="",
     )
     parser.addini(
         "harness_untiered_dirs",
         "folders, relative to the rootdir, whose test files belong to no tier and run only when "
         "named (asv's and pytest-benchmark's); any other test file outside the tier folders "
-        "is a collection error (default: suites/benchmarks)",
-        type="paths",
-        default=["suites/benchmarks"],
+        "is a collection error (default: <suites dir>/benchmarks)",
+        type="linelist",
+        default=[],
     )
     parser.addini(
         "harness_goldens_dir",
-        "folder for golden files, relative to the rootdir (default: suites/goldens)",
-        default="suites/goldens",
+        "folder for golden files, relative to the rootdir (default: <suites dir>/goldens)",
+        default="",
     )
 
 
@@ -258,8 +262,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "quarantined: set by the harness on quarantined tests")
     rootpath = config.rootpath
     try:
-        tiers = _tiers.project_tiers(rootpath)
-    except _tiers.TierConfigError as exc:
+        ini = {f"harness_{k}": config.getini(f"harness_{k}") for k in _layout.KEYS}
+        layout = _layout.read_at(rootpath, config.inipath, ini=ini)
+        tiers = _tiers.project_tiers(rootpath, config.inipath)
+    except (_layout.LayoutError, _tiers.TierConfigError) as exc:
         raise pytest.UsageError(str(exc)) from None
     for name, tier in tiers.items():
         config.addinivalue_line("markers", f"{name}: {tier.description} (set from the folder)")
@@ -283,8 +289,8 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_report_path(Path(json_path))
     config.stash[STATE] = HarnessState(
         rootpath=rootpath,
-        suites_dir=rootpath / config.getini("harness_suites_dir"),
-        goldens_dir=rootpath / config.getini("harness_goldens_dir"),
+        suites_dir=rootpath / layout.suites_dir,
+        goldens_dir=rootpath / layout.goldens_dir,
         tiers=tiers,
         selected=selected,
         seed=seed,
@@ -298,8 +304,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ),
         hypothesis_profile=_load_hypothesis_profile(config, ci, seed),
         update_goldens=config.getoption("harness_update_goldens"),
-        # Defaults come back as written (relative); values from an ini file come back absolute.
-        untiered_dirs=[rootpath / p for p in config.getini("harness_untiered_dirs")],
+        untiered_dirs=[rootpath / p for p in layout.untiered_dirs],
     )
     if config.stash[STATE].deterministic:
         # Must be in the environment before CUDA initialises; the torch switches are applied
@@ -357,11 +362,15 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def _tier_of(state: HarnessState, path: Path) -> str | None:
+    """The folder named after a tier directly under the suites folder, else the tier whose
+    ``paths`` match the file most specifically (harness.tiers.Tier.paths)."""
     try:
         first = path.relative_to(state.suites_dir).parts[0]
     except (ValueError, IndexError):
-        return None
-    return first if first in state.tiers else None
+        first = None
+    if first in state.tiers:
+        return first
+    return _tiers.tier_by_paths(state.tiers, _rel(path, state.rootpath))
 
 
 def _untiered_problem(state: HarnessState, path: Path) -> str | None:
@@ -381,8 +390,9 @@ def _untiered_problem(state: HarnessState, path: Path) -> str | None:
     folders = ", ".join(f"{suites}/{name}/" for name in state.tiers)
     return (
         f"{_rel(path, state.rootpath)} is not in a tier folder, so no --tier selection would "
-        f"run its tests: move it into one of {folders} or declare its folder as a tier in "
-        "[tool.harness.tiers] of pyproject.toml"
+        f"run its tests: move it into one of {folders}, or give a tier the paths that hold "
+        "it without moving it ([tool.harness.tiers.NAME] paths = [...]; `harness init` "
+        "writes one for an existing tests folder)"
     )
 
 

@@ -9,10 +9,12 @@ import json
 import subprocess
 from pathlib import Path
 
+from harness import layout as _layout
 from harness import selection as _selection
 
-DEFAULT_BASE_REFS = ("origin/main", "main")
-"""Tried in order when --changed-since is not given."""
+DEFAULT_BASE_REFS = ("origin/main", "origin/master", "main", "master")
+"""Tried in order, after the remote's default branch (origin/HEAD), when --changed-since is
+not given: a project's default branch is detected, not assumed to be main."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,6 +31,9 @@ class Plan:
     skip_perf: str | None = None
     note: str = ""
     """One line for the summary: the mode, the base, what was selected."""
+    base_ref: str | None = None
+    """The ref the change was measured from (--changed-since, or the detected default
+    branch); the perf step takes its baseline from the same ref."""
 
 
 def _resolves(root: Path, ref: str) -> bool:
@@ -41,6 +46,21 @@ def _resolves(root: Path, ref: str) -> bool:
     return proc.returncode == 0
 
 
+def default_base_refs(root: Path) -> list[str]:
+    """The refs that may name the default branch, most specific first, that exist: the
+    remote's HEAD (what ``git clone`` recorded), then DEFAULT_BASE_REFS."""
+    proc = subprocess.run(
+        ["git", "symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    head = proc.stdout.strip().removeprefix("refs/remotes/") if proc.returncode == 0 else ""
+    refs = [head] if head else []
+    return [r for r in dict.fromkeys([*refs, *DEFAULT_BASE_REFS]) if _resolves(root, r)]
+
+
 def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     """Select from the change since ``base_ref`` (default: the first of DEFAULT_BASE_REFS that
     exists); fall back to the full run, saying why, when there is no base to compare with."""
@@ -50,12 +70,13 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     )
     if top.returncode == 0 and top.stdout.strip():
         root = Path(top.stdout.strip())
-    refs = [base_ref] if base_ref else [r for r in DEFAULT_BASE_REFS if _resolves(root, r)]
+    refs = [base_ref] if base_ref else default_base_refs(root)
     if not refs:
         return Plan(
             selection=None,
             note="pull-request mode fell back to the full run: no base branch to compare "
-            f"with (none of {', '.join(DEFAULT_BASE_REFS)} exists; pass --changed-since REF)",
+            f"with (neither origin/HEAD nor any of {', '.join(DEFAULT_BASE_REFS)} exists; "
+            "pass --changed-since REF)",
         )
     try:
         base = _selection.merge_base(root, refs[0])
@@ -63,7 +84,11 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     except _selection.SelectionError as exc:
         if base_ref:  # the user named it: a typo must not silently run everything
             raise
-        return Plan(selection=None, note=f"pull-request mode fell back to the full run: {exc}")
+        return Plan(
+            selection=None,
+            note=f"pull-request mode fell back to the full run: {exc}",
+            base_ref=refs[0],
+        )
     if not changed:
         # Nothing differs from the base: this is the base itself (main, a fresh clone). A run
         # that selected nothing would pass without checking anything, so test everything.
@@ -71,8 +96,13 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
             selection=None,
             note=f"pull-request mode fell back to the full run: nothing changed since "
             f"{refs[0]} ({base[:10]}), so there is no change to select from",
+            base_ref=refs[0],
         )
-    sel = _selection.select(root, changed, base=base)
+    try:
+        layout = _layout.read(root)
+    except _layout.LayoutError as exc:
+        raise _selection.SelectionError(str(exc)) from None
+    sel = _selection.select(root, changed, base=base, layout=layout)
     xdist = (
         ("-p", "harness.xdist_groups", f"--numprocesses={workers}")
         if workers not in ("0", "")
@@ -80,7 +110,12 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     )
     note = f"pull-request mode: {len(changed)} file(s) changed since {refs[0]} ({base[:10]}); "
     if sel.everything:
-        return Plan(selection=sel, pytest_args=xdist, note=note + sel.reason + ": every test")
+        return Plan(
+            selection=sel,
+            pytest_args=xdist,
+            note=note + sel.reason + ": every test",
+            base_ref=refs[0],
+        )
     bench = _selection.bench_regex(sel.benchmarks)
     return Plan(
         selection=sel,
@@ -89,6 +124,7 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
         skip_tests=None if sel.tests else f"no test file reaches the change ({sel.reason})",
         skip_perf=None if sel.benchmarks else "no benchmark file reaches the change",
         note=note + sel.reason,
+        base_ref=refs[0],
     )
 
 
@@ -103,6 +139,7 @@ def write(plan_: Plan, path: Path) -> None:
         "everything": sel.everything if sel else True,
         "tests": list(sel.tests) if sel else [],
         "benchmarks": list(sel.benchmarks) if sel else [],
+        "base_ref": plan_.base_ref,
         "bench_regex": plan_.bench,
         "pytest_args": list(plan_.pytest_args),
     }

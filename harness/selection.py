@@ -48,6 +48,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
+from harness import layout as _layout
+
 __all__ = [
     "ALWAYS_EVERYTHING",
     "ImportGraph",
@@ -69,8 +71,6 @@ ALWAYS_EVERYTHING = (
 """Path prefixes (a bare file name matches in any folder) whose change runs every test."""
 
 _NO_TESTS = ("docs/",)
-_BENCH_DIR = "suites/benchmarks/"
-_GOLDENS_DIR = "suites/goldens/"
 _SKIP_DIRS = {".git", ".venv", "venv", ".asv", "reports", "mutants", "node_modules", "build"}
 
 
@@ -373,14 +373,13 @@ def _reverse_closure(imports: Mapping[str, set[str]], changed: Iterable[str]) ->
     return seen
 
 
-def _is_test_file(rel: str) -> bool:
-    name = PurePosixPath(rel).name
-    return (
-        rel.startswith("suites/")
-        and not rel.startswith(_BENCH_DIR)
-        and name.endswith(".py")
-        and (name.startswith("test_") or name.endswith("_test.py"))
-    )
+def _is_test_file(rel: str, layout: _layout.Layout | None = None) -> bool:
+    """Whether ``rel`` is a test file of the project's configured suites folder (the
+    built-in layout, ``suites/``, when none is given)."""
+    return (layout or _DEFAULT_LAYOUT).is_test_file(rel)
+
+
+_DEFAULT_LAYOUT = _layout.Layout(rootdir=Path("."))
 
 
 def _everything_reason(path: str) -> str | None:
@@ -392,9 +391,25 @@ def _everything_reason(path: str) -> str | None:
     return None
 
 
-def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
-    """The tests and benchmarks that ``changed`` (repository-relative paths) can affect."""
+def select(
+    root: Path, changed: Iterable[str], *, base: str = "", layout: _layout.Layout | None = None
+) -> Selection:
+    """The tests and benchmarks that ``changed`` (repository-relative paths) can affect.
+
+    ``layout``: where the tests, goldens and benchmarks are (default: read from the
+    configuration files under ``root``, harness.layout). A changed Python module that no
+    test file reaches selects everything, saying so: an empty selection would pass a change
+    that nothing checked (benchmark files and documentation excepted).
+    """
     changed = tuple(sorted(set(changed)))
+    layout = layout or _layout.read(root)
+    goldens_dir = layout.goldens_dir.rstrip("/") + "/"
+    suites_prefix = "" if layout.suites_dir in ("", ".") else layout.suites_dir + "/"
+    bench_dirs = layout.untiered_dirs
+
+    def is_bench(rel: str) -> bool:
+        return any(layout.under(rel, d) for d in bench_dirs)
+
     graph = ImportGraph(root)
     modules_by_path = {rel: name for name, rel in graph.files.items()}
     touched: set[str] = set()  # module names
@@ -410,8 +425,8 @@ def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
         posix = PurePosixPath(path)
         if path.startswith(_NO_TESTS) or posix.suffix in (".md", ".rst"):
             continue
-        if path.startswith(_GOLDENS_DIR):
-            owner = "suites/" + str(posix.relative_to(_GOLDENS_DIR).with_suffix(".py"))
+        if layout.under(path, layout.goldens_dir) and posix.suffix == ".json":
+            owner = suites_prefix + str(posix.relative_to(goldens_dir).with_suffix(".py"))
             direct_tests.add(owner)
             continue
         if posix.suffix == ".py":
@@ -428,15 +443,22 @@ def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
                 folder = str(posix.parent) + "/"
                 data_touched |= {m for m, f in graph.files.items() if f.startswith(folder)}
                 continue
-            # A data file among the tests: the test files of its folder and below.
-            if path.startswith("suites/") and not path.startswith(_BENCH_DIR):
-                folder = str(posix.parent) + "/"
-                direct_tests |= {
-                    rel
-                    for rel in graph.files.values()
-                    if rel.startswith(folder) and _is_test_file(rel)
-                }
-                continue
+            # A data file among the tests: the test files of its folder and below, else of
+            # the nearest folder above that has some (tests/data/x.json feeds tests/test_*.py).
+            if layout.under(path, layout.suites_dir) and not is_bench(path):
+                found: set[str] = set()
+                for parent in posix.parents:
+                    folder = "" if str(parent) == "." else f"{parent}/"
+                    found = {
+                        rel
+                        for rel in graph.files.values()
+                        if rel.startswith(folder) and layout.is_test_file(rel)
+                    }
+                    if found or not layout.under(str(parent), layout.suites_dir):
+                        break
+                if found:
+                    direct_tests |= found
+                    continue
         unplaced.append(path)
     if unplaced:
         return Selection(
@@ -447,7 +469,28 @@ def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
             benchmarks=("*",),
         )
     reached = graph.reverse_closure(touched)
-    tests = {graph.files[m] for m in reached if m in graph.files and _is_test_file(graph.files[m])}
+    tests = {
+        graph.files[m] for m in reached if m in graph.files and layout.is_test_file(graph.files[m])
+    }
+    # A changed module that reaches no test file is tested by nothing the selection runs:
+    # selecting nothing for it would pass whatever it does, so everything runs instead.
+    for module in sorted(touched):
+        rel = graph.files.get(module, "")
+        if rel and is_bench(rel):
+            continue  # benchmark code: the perf step times it, no test imports it
+        if not any(
+            m in graph.files and layout.is_test_file(graph.files[m])
+            for m in graph.reverse_closure({module})
+        ):
+            shown = rel or module
+            return Selection(
+                base=base,
+                changed=changed,
+                everything=True,
+                reason=f"{shown} changed, and no test file imports it (directly or through "
+                "other modules): every test runs, since a selection would check nothing of it",
+                benchmarks=("*",),
+            )
     tests |= {t for t in direct_tests if (root / t).is_file()}
     # Benchmarks follow names, not packages: a benchmark that imports ``launch`` from
     # ``pkg`` is not re-timed when ``pkg/simulation.py`` changes (ImportGraph docstring).
@@ -456,7 +499,7 @@ def select(root: Path, changed: Iterable[str], *, base: str = "") -> Selection:
         m.split(".")[-1]
         for m in timed
         if m in graph.files
-        and graph.files[m].startswith(_BENCH_DIR)
+        and is_bench(graph.files[m])
         and PurePosixPath(graph.files[m]).name.startswith("bench_")
     )
     what = f"{len(tests)} test file(s) and {len(benches)} benchmark file(s)"

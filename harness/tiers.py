@@ -25,15 +25,17 @@ Need strings:
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 import importlib.util
 import os
 import shutil
 import sys
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from harness import layout as _layout
 
 __all__ = [
     "DEFAULT_TIERS",
@@ -44,6 +46,8 @@ __all__ = [
     "load_tiers",
     "missing_needs",
     "project_tiers",
+    "tier_by_paths",
+    "tier_of",
 ]
 
 
@@ -66,6 +70,12 @@ class Tier:
     carry shared fixtures, whose cost lands on whichever test comes first or last); tests over
     it are listed in the summary. None: no budget. It is reported, never enforced: a slow test
     is information."""
+    paths: tuple[str, ...] = ()
+    """Folders or globs (rootdir-relative, e.g. ``tests/models`` or ``tests/test_*_slow.py``)
+    whose test files are in this tier, for a project whose tiers are not folders under the
+    suites folder (``harness init`` writes them; no file is moved). A file in a folder named
+    after a tier directly under the suites folder is in that tier; otherwise the tier whose
+    path matches it most specifically (the longest path) holds it."""
     default: bool = True
     """Whether ``harness ci``'s test step selects this tier when no ``--tier`` is given
     (``harness run`` without ``--tier`` runs every tier). The gpu tier is not a default: it
@@ -116,32 +126,64 @@ def load_tiers(overrides: Mapping[str, Any] | None) -> dict[str, Tier]:
                     f"[tool.harness.tiers.{name}] needs must be a list of strings"
                 )
             values["needs"] = tuple(needs)
+        if "paths" in table:
+            paths = table["paths"]
+            if isinstance(paths, str) or not isinstance(paths, Iterable):
+                raise TierConfigError(
+                    f"[tool.harness.tiers.{name}] paths must be a list of folders or globs"
+                )
+            values["paths"] = tuple(str(p).strip().rstrip("/") for p in paths)
+            if not all(values["paths"]):
+                raise TierConfigError(f"[tool.harness.tiers.{name}] paths has an empty entry")
         tiers[name] = Tier(name=name, **values)
     return tiers
 
 
-def project_tiers(rootpath: Path) -> dict[str, Tier]:
-    """The tier table of the project at ``rootpath``: the built-in tiers updated with
-    ``[tool.harness.tiers]`` of its pyproject.toml (none: the built-in table).
+def project_tiers(rootpath: Path, config_file: Path | None = None) -> dict[str, Tier]:
+    """The tier table of the project at ``rootpath``: the built-in tiers updated with its
+    ``[tool.harness.tiers]`` (or the ``[harness.tiers.NAME]`` sections of an ini file pytest
+    reads: :mod:`harness.layout`). ``config_file``: pytest's configuration file, when known.
 
-    Raises :class:`TierConfigError` naming the file for an unreadable pyproject.toml, an
+    Raises :class:`TierConfigError` naming the file for an unreadable configuration file, an
     unknown key under ``[tool.harness]`` or a malformed tier.
     """
-    path = Path(rootpath) / "pyproject.toml"
-    if not path.is_file():
-        return dict(DEFAULT_TIERS)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise TierConfigError(f"{path}: {exc}") from None
-    table = data.get("tool", {}).get("harness", {})
-    unknown = set(table) - {"tiers"}
-    if unknown:
-        raise TierConfigError(f"{path}: unknown key(s) in [tool.harness]: {sorted(unknown)}")
+        if config_file is None:
+            found = _layout.read(Path(rootpath))
+        else:
+            found = _layout.read_at(Path(rootpath), config_file)
+    except _layout.LayoutError as exc:
+        raise TierConfigError(str(exc)) from None
     try:
-        return load_tiers(table.get("tiers"))
+        return load_tiers(found.tiers)
     except TierConfigError as exc:
-        raise TierConfigError(f"{path}: {exc}") from None
+        raise TierConfigError(f"{found.source}: {exc}") from None
+
+
+def tier_by_paths(tiers: Mapping[str, Tier], rel: str) -> str | None:
+    """The tier whose ``paths`` match the rootdir-relative POSIX path ``rel`` most
+    specifically (the longest matching entry), or None. An entry is a folder (it holds
+    ``rel``) or a glob (``fnmatch`` on the whole path)."""
+    best: tuple[int, str] | None = None
+    for name, tier in tiers.items():
+        for entry in tier.paths:
+            folder = entry in (".", "") or rel.startswith(entry + "/")
+            if folder or fnmatch.fnmatchcase(rel, entry):
+                score = len(entry) if entry != "." else 0
+                if best is None or score > best[0]:
+                    best = (score, name)
+    return best[1] if best else None
+
+
+def tier_of(tiers: Mapping[str, Tier], suites_dir: str, rel: str) -> str | None:
+    """The tier of the rootdir-relative POSIX path ``rel``: the folder named after a tier
+    directly under ``suites_dir``, else :func:`tier_by_paths`."""
+    inner = rel if suites_dir in ("", ".") else rel.removeprefix(suites_dir.rstrip("/") + "/")
+    if inner != rel or suites_dir in ("", "."):
+        first = inner.split("/")[0]
+        if "/" in inner and first in tiers:
+            return first
+    return tier_by_paths(tiers, rel)
 
 
 def default_selection(tiers: Mapping[str, Tier]) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from harness import extras as _extras
 from harness import mutation as _mutation
 from harness.cli.errors import UsageProblem
 
@@ -95,6 +96,9 @@ def mutate_command(
     Writes REPORT_DIR/mutation.md (also appended to $GITHUB_STEP_SUMMARY) and
     REPORT_DIR/mutation.json (kept per run, to track scores over time). See docs/harness.md.
     """
+    problem = _extras.missing("mutmut", "harness mutate")
+    if problem:
+        raise UsageProblem(problem)
     root = Path.cwd()
     tier_names = [t.strip() for t in tiers.split(",") if t.strip()]
     targets = list(paths) or list(_mutation.CORE_MODULES)
@@ -104,7 +108,7 @@ def mutate_command(
             tests = _mutation.named_tests(root, test_patterns)
         for path in paths:  # bad input fails before any slow work starts
             posix = Path(path).as_posix()
-            if tests is not None and posix.startswith("suites/"):
+            if tests is not None and _mutation.is_test_file(root, posix):
                 raise _mutation.MutationError(
                     f"{path}: a test file given as a module; an unquoted --tests glob? "
                     "Quote it (--tests 'suites/.../test_x*.py') or repeat --tests per file"

@@ -11,6 +11,8 @@ from typing import ParamSpec, TypeVar
 import click
 from rich.console import Console
 
+from harness import extras as _extras
+from harness import layout as _layout
 from harness import pipeline, seeding
 from harness import prmode as _prmode
 from harness import report as _report
@@ -27,10 +29,9 @@ R = TypeVar("R")
 
 
 def _project_root() -> Path:
-    """The nearest directory at or above the current one with a pyproject.toml (pytest's
-    rootdir in this project's layout), else the current directory."""
-    here = Path.cwd().resolve()
-    return next((d for d in (here, *here.parents) if (d / "pyproject.toml").is_file()), here)
+    """pytest's rootdir from the current directory (harness.layout.find_rootdir: the first
+    folder with a pytest configuration file, else the nearest pyproject.toml's)."""
+    return _layout.find_rootdir(Path.cwd())[0]
 
 
 def _tier_list(value: str | None, option: str = "--tier") -> list[str]:
@@ -149,7 +150,8 @@ Examples:
     "--tier",
     "tiers",
     metavar="TIER[,TIER]",
-    help="Tiers to run (folders under suites/). Default: every tier.",
+    help="Tiers to run (harness.tiers: folders of the suites dir or declared paths). "
+    "Default: every tier.",
 )
 @click.option(
     "--report-dir",
@@ -213,6 +215,11 @@ def run_command(
         seed = _check_seed(seed)
         args = _check_pytest_args(pytest_args)
         if shard is not None or store_durations:
+            problem = _extras.missing(
+                "pytest_split", "--shard" if shard is not None else "--store-durations"
+            )
+            if problem:
+                raise UsageProblem(problem)
             try:
                 _shards.check_durations(durations_path)
             except _shards.ShardError as exc:
@@ -266,10 +273,11 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
   4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf; in
                     pull-request mode only the benchmark files the change reaches
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
-Modes: --pr (default) selects from the files changed since --changed-since REF (default
-origin/main, else main) and the import graph; a change to harness/, a conftest.py, the lock
-files or pyproject.toml selects everything. --full runs every test and benchmark (main and
-nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
+Modes: --pr (default) selects from the files changed since --changed-since REF (default: the
+default branch: origin/HEAD, else origin/main, origin/master, main, master) and the import
+graph; a change to a conftest.py, the configuration or a module no test imports selects
+everything. The perf gate's baseline comes from the same REF. --full runs every test and
+benchmark (main and nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
 """,
 )
 @click.option(
@@ -304,7 +312,8 @@ nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
     "changed_since",
     metavar="REF",
     default=None,
-    help="Base of the change in --pr mode (default: origin/main, else main; none: full run).",
+    help="Base of the change in --pr mode and of the perf gate's baseline (default: "
+    "origin/HEAD, else origin/main, origin/master, main, master; none: full run).",
 )
 @click.option(
     "--workers",
@@ -331,9 +340,14 @@ def ci_command(
     """
     report_dir, aborted = _bad_input(pipeline.begin_ci, report_dir)
     try:
+        _check_ci_needs(pr_mode, workers, perf)
         tier_names = _tier_list(tiers) if tiers is not None else _default_tiers()
         seed = _check_seed(seed)
-        plan = _prmode.Plan(selection=None, note="full run (--full): every test and benchmark")
+        plan = _prmode.Plan(
+            selection=None,
+            note="full run (--full): every test and benchmark",
+            base_ref=changed_since,
+        )
         if pr_mode:
             try:
                 plan = _prmode.plan(Path.cwd(), base_ref=changed_since, workers=workers)
@@ -353,6 +367,27 @@ def ci_command(
     click.echo(result.summary)
     console.print("reports: " + ", ".join(map(str, result.written)), soft_wrap=True)
     sys.exit(0 if result.ok else 1)
+
+
+def _check_ci_needs(pr_mode: bool, workers: str, perf: bool) -> None:
+    """What the steps will need, checked before any of them runs (exit 2 with the install
+    line): a run that stopped half-way, or one that quietly left a step out, would say less."""
+    if workers != "auto" and not (workers.isdigit() and workers.isascii()):
+        raise UsageProblem(f"--workers {workers!r}: give a number of workers, 0 or auto")
+    if pr_mode and workers != "0":
+        problem = _extras.missing("xdist", f"--workers {workers}")
+        if problem:
+            raise UsageProblem(f"{problem}, or pass --workers 0 (no parallel workers)")
+    if perf:
+        problem = _extras.missing("asv", "the perf gate")
+        if problem:
+            raise UsageProblem(f"{problem}, or pass --no-perf")
+        config = Path.cwd() / "asv.conf.json"  # where the perf step reads it
+        if not config.is_file():
+            raise UsageProblem(
+                f"the perf gate needs an asv project ({config} not found): add one "
+                '(docs/adopting.md, "Performance"), or pass --no-perf'
+            )
 
 
 COMMANDS = [run_command, ci_command]

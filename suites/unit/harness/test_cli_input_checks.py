@@ -294,3 +294,58 @@ def test_the_pickle_refusal_names_the_global_it_refused(tmp_path):
     assert result.exit_code == 1
     assert f"refused the global {os.getcwd.__module__}.getcwd it holds" in result.output
     assert "truncated or corrupt" not in result.output
+
+
+# --------------------------------------------------------------------------- missing extras
+
+
+@pytest.fixture
+def without(monkeypatch: pytest.MonkeyPatch):
+    """Make the named modules look uninstalled to the up-front checks (harness.extras)."""
+    from harness import extras
+
+    def hide(*modules: str) -> None:
+        real = extras._importable
+        monkeypatch.setattr(extras, "_importable", lambda m: m not in modules and real(m))
+
+    return hide
+
+
+@pytest.mark.parametrize(
+    "module, args, words",
+    [
+        ("xdist", ["ci", "--no-perf"], "--workers auto needs pytest-xdist"),
+        ("xdist", ["ci", "--no-perf", "--workers", "3"], "pip install 'ml-harness[ci]'"),
+        ("asv", ["ci", "--workers", "0"], "the perf gate needs asv, which is not installed"),
+        ("pytest_split", ["run", "--shard", "1/2"], "--shard needs pytest-split"),
+        ("mutmut", ["mutate", "harness/x.py"], "pip install 'ml-harness[mutate]'"),
+    ],
+)
+def test_a_missing_extra_stops_the_command_before_any_work_with_the_install_line(
+    proj, without, module, args, words
+):
+    without(module)
+    result = harness(*args)
+    assert result.exit_code == 2, result.output
+    assert words in " ".join(result.output.split())
+    assert not (proj / "reports/cpu").exists()
+
+
+def test_the_perf_gate_without_an_asv_project_is_refused_up_front(proj):
+    pytest.importorskip("asv")
+    result = harness("ci", "--workers", "0")
+    assert result.exit_code == 2
+    assert "asv.conf.json not found" in result.output and "--no-perf" in result.output
+
+
+def test_full_runs_and_zero_workers_need_no_xdist(proj, without):
+    without("xdist")
+    # The extras are checked first: reaching the seed check means they passed.
+    for args in (["--full"], ["--workers", "0"]):
+        result = harness("ci", "--no-perf", "--seed", "banana", *args)
+        assert "got 'banana'" in result.output, result.output
+
+
+def test_a_worker_count_that_is_not_a_number_is_refused(proj):
+    result = harness("ci", "--no-perf", "--workers", "lots")
+    assert result.exit_code == 2 and "--workers 'lots'" in result.output

@@ -199,10 +199,77 @@ def test_a_package_run_with_python_m_by_a_string_reaches_its_main_module(root):
 
 
 def test_a_deleted_helper_beside_a_test_still_selects_the_test_that_imports_it(root):
-    # Renamed without updating its importer: the test now fails to import, so it must run.
-    (root / "suites/unit/data/helpers.py").rename(root / "suites/unit/data/shared.py")
-    changed = ["suites/unit/data/helpers.py", "suites/unit/data/shared.py"]
+    # Deleted without updating its importer: the test now fails to import, so it must run.
+    (root / "suites/unit/data/helpers.py").unlink()
+    changed = ["suites/unit/data/helpers.py"]
     assert "suites/unit/data/test_uses_helper.py" in selection.select(root, changed).tests
+
+
+def test_a_changed_module_that_no_test_imports_selects_everything_and_says_which(root):
+    # A new module nothing imports yet: a selection without it would pass untested code.
+    _write(root, {"comp/data/unused.py": "X = 1\n"})
+    sel = selection.select(root, ["comp/data/tario.py", "comp/data/unused.py"])
+    assert sel.everything
+    assert sel.reason.startswith("comp/data/unused.py changed, and no test file imports it")
+    # A benchmark-only module is the perf step's: it does not force every test.
+    assert not selection.select(root, ["suites/benchmarks/bench_data.py"]).everything
+
+
+# A team's project: tests in a flat tests/ folder, the layout in [tool.harness].
+FLAT_PROJECT = {
+    "mylib/__init__.py": "",
+    "mylib/core.py": "def f():\n    return 1\n",
+    "mylib/extra.py": "def g():\n    return 2\n",
+    "tests/test_core.py": "from mylib.core import f\n",
+    "tests/test_extra.py": "from mylib import extra\n",
+    "tests/data/sample.json": "{}\n",
+    "tests/goldens/test_core.json": "{}\n",
+    "tests/benchmarks/bench_core.py": "from mylib.core import f\n",
+    "pyproject.toml": "[tool.harness]\nsuites_dir = 'tests'\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("changed", "tests"),
+    [
+        (["mylib/core.py"], ("tests/test_core.py",)),
+        (["tests/test_extra.py"], ("tests/test_extra.py",)),
+        # No test file in tests/data/: the nearest folder above that has some.
+        (["tests/data/sample.json"], ("tests/test_core.py", "tests/test_extra.py")),
+        (["tests/goldens/test_core.json"], ("tests/test_core.py",)),
+    ],
+)
+def test_a_flat_tests_folder_configured_in_pyproject_is_where_tests_are_selected(
+    tmp_path, changed, tests
+):
+    root = _write(tmp_path, FLAT_PROJECT)
+    sel = selection.select(root, changed)
+    assert (sel.everything, sel.tests) == (False, tests), sel.reason
+
+
+def test_the_flat_layout_times_only_the_benchmarks_the_change_reaches(tmp_path):
+    root = _write(tmp_path, FLAT_PROJECT)
+    assert selection.select(root, ["mylib/core.py"]).benchmarks == ("bench_core",)
+    assert selection.select(root, ["mylib/extra.py"]).benchmarks == ()
+
+
+def test_the_flat_layout_configured_in_setup_cfg_or_tox_ini_is_read_too(tmp_path):
+    files = {k: v for k, v in FLAT_PROJECT.items() if k != "pyproject.toml"}
+    for name, text in [
+        ("setup.cfg", "[tool:pytest]\nharness_suites_dir = tests\n"),
+        ("tox.ini", "[harness]\nsuites_dir = tests\n"),
+    ]:
+        root = _write(tmp_path / name, {**files, name: text})
+        assert selection.select(root, ["mylib/core.py"]).tests == ("tests/test_core.py",)
+
+
+def test_without_the_layout_a_flat_tests_folder_never_selects_nothing(tmp_path):
+    # The default suites folder does not exist here: the change reaches no test file the
+    # selection knows, so every test runs rather than none.
+    files = {k: v for k, v in FLAT_PROJECT.items() if k != "pyproject.toml"}
+    root = _write(tmp_path, files)
+    sel = selection.select(root, ["mylib/core.py"])
+    assert sel.everything and "no test file imports it" in sel.reason
 
 
 # The benchmarks' graph follows names through a package's re-exports: a benchmark times the
@@ -226,6 +293,7 @@ BENCH_PROJECT = {
     "pkg/sub/impl.py": "def deep():\n    pass\n",
     "pkg/sub/other.py": "def other():\n    pass\n",
     "suites/unit/test_launch.py": "from pkg import launch\n",
+    "suites/unit/test_other.py": "from pkg.sub import other\n",
     "suites/benchmarks/__init__.py": "",
     "suites/benchmarks/bench_launch.py": "from pkg import launch\n",
     "suites/benchmarks/bench_sim.py": "from pkg import simulate\n",
@@ -272,5 +340,5 @@ def test_a_re_exported_module_still_selects_every_test_that_imports_its_package(
     # Tests keep the package-level graph: pkg/__init__ imports pkg.sim, so an import error
     # there fails test_launch even though launch itself does not use it.
     sel = selection.select(bench_root, ["pkg/sim.py"])
-    assert sel.tests == ("suites/unit/test_launch.py",)
+    assert sel.tests == ("suites/unit/test_launch.py", "suites/unit/test_other.py")
     assert "bench_launch" not in sel.benchmarks
