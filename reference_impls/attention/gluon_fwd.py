@@ -101,6 +101,7 @@ def _pipelined_blocks(
     k_ready,
     v_ready,
     kv_empty,
+    turns,
     lo,
     hi,
     qk_scale,
@@ -113,12 +114,20 @@ def _pipelined_blocks(
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
     MASKED: gl.constexpr,
+    CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):
     """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
     P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
 
     Carried in: acc (BLOCK_M, HEAD_DIM) fp32 = sum over blocks < j-1, not yet rescaled by
     alpha (the factor block j-1's softmax produced); p_op = P_{j-1} as the wgmma A operand.
+
+    PINGPONG (two consumers): the warpgroups take turns to issue their two wgmmas (the
+    ``turns`` mbarriers), so that one's softmax runs while the other's matmuls hold the tensor
+    cores (FlashAttention-3's inter-warpgroup schedule). Both run the same number of
+    iterations, so the k-th wait on a turn barrier is for its k-th completion (parity k & 1;
+    consumer 0's barrier was completed once before the loop to let it start).
     """
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -126,6 +135,10 @@ def _pipelined_blocks(
         slot = j % STAGES
         prev = (j - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        if PINGPONG:
+            mbarrier.wait(turns.index(CONSUMER), (j - 1) & 1)
         qk = warpgroup_mma(
             q_smem,
             k_smem.index(slot).permute((1, 0)),
@@ -133,9 +146,9 @@ def _pipelined_blocks(
             use_acc=False,
             is_async=True,
         )
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
         # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
         # through the softmax below.
         qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
@@ -157,6 +170,7 @@ def _consumer(
     k_ready,
     v_ready,
     kv_empty,
+    turns,
     desc_o,
     LSE,
     o_row,
@@ -171,6 +185,8 @@ def _consumer(
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
+    CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):
     """One warpgroup: BLOCK_M query rows starting at ``start_m`` against key blocks
     ``0 .. n_blocks-1``; writes O (through ``q_smem``, free once the last score is computed)
@@ -214,14 +230,14 @@ def _consumer(
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
-        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
         1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
-        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False,
+        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
     )  # fmt: skip
     acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
-        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
         gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
-        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER, PINGPONG,
     )  # fmt: skip
 
     # The last block's P @ V.
@@ -255,6 +271,7 @@ def _consumer_partition(
     k_ready,
     v_ready,
     kv_empty,
+    turns,
     q_row0,
     start_m0,
     n_q,
@@ -267,13 +284,14 @@ def _consumer_partition(
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
     CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):
     """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of the program's tile."""
     row = q_row0 + CONSUMER * BLOCK_M
     _consumer(
         q_bufs.index(CONSUMER), k_smem, v_smem, q_bars.index(CONSUMER), k_ready, v_ready,
-        kv_empty, desc_o, LSE, row, row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks,
-        qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+        kv_empty, turns, desc_o, LSE, row, row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k,
+        n_blocks, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG,
     )  # fmt: skip
 
 
@@ -335,6 +353,7 @@ def _attn_fwd_ws(
     STAGES: gl.constexpr,
     NUM_CONSUMERS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):
     """Grid: (Nq / (NUM_CONSUMERS * BLOCK_M), B * H). desc_q/desc_o: (B*H*Nq, D) with
     (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with (BLOCK_N, D) tiles; LSE: (B*H*Nq,)."""
@@ -369,6 +388,12 @@ def _attn_fwd_ws(
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(kv_empty.index(s), count=NUM_CONSUMERS)  # each consumer releases once
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(turns.index(c), count=1)
+    if PINGPONG:
+        gl.static_assert(NUM_CONSUMERS == 2, "ping-pong needs two consumer warpgroups")
+        mbarrier.arrive(turns.index(0), count=1)  # consumer 0 issues first
 
     # The partitions' arguments: descriptors, shared-memory views and scalars (only the
     # default partition may take tensors).
@@ -379,16 +404,16 @@ def _attn_fwd_ws(
                     _consumer_partition,
                     (
                         desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
-                        q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
-                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0,
+                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
+                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0, PINGPONG,
                     ),
                 ),
                 (
                     _consumer_partition,
                     (
                         desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
-                        q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
-                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 1,
+                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
+                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 1, PINGPONG,
                     ),
                 ),
                 (
@@ -410,8 +435,8 @@ def _attn_fwd_ws(
                     _consumer_partition,
                     (
                         desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
-                        q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
-                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0,
+                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
+                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0, PINGPONG,
                     ),
                 ),
                 (
@@ -440,6 +465,7 @@ class GluonConfig:
     block_n: int  # keys per block
     stages: int  # key/value slots in the ring
     consumers: int  # consumer warpgroups per program (1 or 2)
+    pingpong: bool = False  # two consumers take turns to issue their wgmmas
 
     @property
     def tile_m(self) -> int:
@@ -450,21 +476,21 @@ class GluonConfig:
 # Per head dim: registers per consumer thread are BLOCK_M * (HEAD_DIM + 2 * BLOCK_N) / 128
 # fp32 values for O and two score tiles, plus P; shared memory is the Q tiles plus
 # STAGES * 2 * BLOCK_N * HEAD_DIM * 2 bytes (of 227 KiB: (64, 128, 3, 2) at D=128 takes 224).
-# Offline sm_90a compiles showed no spills except the one-consumer (128, 64) causal (16
-# spill stores). The first entry is the default: the fastest of the list in a same-run sweep
-# on an H200 (docs/benchmarks/attention.md); the others stay as the GPU tests' and the sweep's
-# alternatives.
+# None spills (offline sm_90a compiles). The first entry is the default: the fastest in two
+# same-run sweeps on an H200 (docs/benchmarks/attention.md), which also timed and dropped
+# 2-stage rings, one 8-warp-wide consumer and 128-row tiles with 128-key blocks (spills). The
+# others stay, tested, as the alternatives measured: ping-pong ran 3-7% slower than letting
+# the two warpgroups interleave freely.
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(128, 64, 3, 2),
         GluonConfig(64, 128, 3, 2),
-        GluonConfig(64, 64, 4, 2),
+        GluonConfig(128, 64, 3, 2, pingpong=True),
     ),
     128: (
         GluonConfig(64, 128, 3, 2),
-        GluonConfig(64, 128, 2, 2),
         GluonConfig(64, 64, 4, 2),
-        GluonConfig(128, 64, 3, 1),
+        GluonConfig(64, 128, 3, 2, pingpong=True),
     ),
 }
 
@@ -540,7 +566,7 @@ def attention_forward(
         n_q, n_k, h, h // h_kv,
         CAUSAL=causal, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d,
         STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
-        CONSUMER_REGS=CONSUMER_REGS[cfg.consumers],
+        CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
     )  # fmt: skip
     return o, lse
