@@ -478,8 +478,8 @@ class GluonConfig:
 # STAGES * 2 * BLOCK_N * HEAD_DIM * 2 bytes (of 227 KiB: (64, 128, 3, 2) at D=128 takes 224).
 # None spills (offline sm_90a compiles). The first entry is the default: the fastest in two
 # same-run sweeps on an H200 (docs/benchmarks/attention.md), which also timed and dropped
-# 2-stage rings, one 8-warp-wide consumer and 128-row tiles with 128-key blocks (spills). The
-# others stay, tested, as the alternatives measured: ping-pong ran 3-7% slower than letting
+# 2-slot rings and a single 128-row consumer; 128-row tiles with 128-key blocks spill. The
+# others stay, tested, as the alternatives measured: ping-pong ran -9% to +2% against letting
 # the two warpgroups interleave freely.
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
