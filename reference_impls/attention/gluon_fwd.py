@@ -14,9 +14,11 @@ FlashAttention-2 (Dao, 2023, https://arxiv.org/abs/2307.08691): the same online 
   rows, read the same key/value slots. Their matmuls are asynchronous wgmma with fp32
   accumulators in registers; P stays in registers as the A operand of P @ V.
 - Inside a consumer the softmax of key block j runs while the tensor cores compute
-  ``Q K_{j+1}^T`` and ``P_j V_j`` (FlashAttention-3's intra-warpgroup pipelining): the loop
-  issues the next block's score wgmma and this block's P @ V wgmma, then waits for only the
-  former before the softmax.
+  ``P_{j-1} V_{j-1}`` (FlashAttention-3's intra-warpgroup pipelining, one block deep): the loop
+  issues block j's score wgmma and then the previous block's P @ V wgmma, and waits for only
+  the former before the softmax. Across the two consumers, one's softmax overlaps the other's
+  matmuls as the warp scheduler interleaves them; an explicit ping-pong (``PINGPONG``, the two
+  taking turns to issue) measured no faster and is off by default.
 - Causal: blocks left of the diagonal take the loop without masks; only the blocks that
   straddle the diagonal compute one.
 
