@@ -35,12 +35,17 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+# "triton": kernel.py's Triton kernels, forward and backward (``forward="triton"``).
 # "triton-det": this kernel's deterministic backward (two passes, no atomics); forward modes
 # skip it (the forward is the same kernel).
+# "gluon": the warp-specialized Gluon forward (gluon_fwd.py, sm_90 only, ``forward="gluon"``)
+# with kernel.py's backward; the "bwd" mode skips it (the same backward as "triton"), and a
+# shape it does not cover reports an error. ``attention()``'s default picks per call between
+# this and "triton" (kernel.GLUON_FORWARD_HEAD_DIMS).
 # "fp8" / "fp8-quant": attention_fp8 (inference, e4m3 operands, bf16 output), timed on inputs
 # quantized beforehand (an fp8 KV cache) / with the quantization of q, k and v inside the timed
 # call; the "fwd" mode only (no autograd).
-PROVIDERS = ("triton", "triton-det", "flash", "cudnn", "efficient", "fp8", "fp8-quant")
+PROVIDERS = ("triton", "triton-det", "gluon", "flash", "cudnn", "efficient", "fp8", "fp8-quant")
 FP8_PROVIDERS = ("fp8", "fp8-quant")
 SDPA_BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -117,11 +122,15 @@ def make_inputs(case: Case, seed: int = 0):
 
 def attention_fn(provider: str) -> Callable:
     """(q, k, v, causal) -> output, for one provider."""
-    if provider in ("triton", "triton-det"):
+    if provider in ("triton", "triton-det", "gluon"):
         from reference_impls.attention import attention
+        from reference_impls.attention.kernel import ForwardKernel
 
         det = provider == "triton-det"
-        return lambda q, k, v, causal: attention(q, k, v, causal=causal, deterministic=det)
+        fwd: ForwardKernel = "gluon" if provider == "gluon" else "triton"
+        return lambda q, k, v, causal: attention(
+            q, k, v, causal=causal, deterministic=det, forward=fwd
+        )
     backend = SDPA_BACKENDS[provider]
 
     def sdpa(q, k, v, causal):
@@ -188,7 +197,7 @@ def measure(case: Case, provider: str, inputs=None) -> Result:
         fn()  # autotunes (this kernel) or selects (SDPA) outside the timed region
         torch.cuda.synchronize()
         med, p20, p80 = time_ms(fn)
-    except RuntimeError as exc:  # e.g. a backend that does not support the shape
+    except (RuntimeError, ValueError) as exc:  # e.g. a backend that does not support the shape
         torch.cuda.synchronize()
         return Result(case, provider, None, error=str(exc).splitlines()[0][:200])
     return Result(case, provider, med, p20, p80)
@@ -245,7 +254,8 @@ def _warm(d: int, causal: bool, dtype_name: str, bf16: bool = True, fp8: bool = 
         torch.randn(1, 1, 256, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)
     )
     for deterministic in (False, True) if bf16 else ():  # the one-pass and two-pass backward
-        out = attention(q, k, v, causal=causal, deterministic=deterministic)
+        # The Triton forward explicitly: "auto" may pick the Gluon one (compiled on first use).
+        out = attention(q, k, v, causal=causal, deterministic=deterministic, forward="triton")
         out.backward(torch.randn_like(out))
     if fp8:  # (the fp8 kernel's specialization does not depend on the input dtype)
         attention_fp8(q, k, v, causal=causal)
@@ -287,10 +297,13 @@ def markdown_table(results: Sequence[Result]) -> str:
         by_case.setdefault(r.case, {})[r.provider] = r
     providers = [p for p in PROVIDERS if any(p in row for row in by_case.values())]
     head = ["dtype", "D", "N", "B", "H", "causal", "mode"] + [f"{p} TFLOP/s" for p in providers]
-    if "triton" in providers and "flash" in providers:
-        head += ["triton / flash"]
-    if "triton" in providers and "cudnn" in providers:
-        head += ["triton / cuDNN"]
+    ratios = [
+        (ours, other)
+        for ours in ("triton", "gluon")
+        for other in ("flash", "cudnn")
+        if ours in providers and other in providers
+    ]
+    head += [f"{ours} / {'cuDNN' if other == 'cudnn' else other}" for ours, other in ratios]
     if "fp8" in providers and "cudnn" in providers:
         head += ["fp8 / cuDNN"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -305,11 +318,10 @@ def markdown_table(results: Sequence[Result]) -> str:
             case.mode,
         ]
         cells += [_fmt(row[p].tflops) if p in row else "" for p in providers]
-        for other in ("flash", "cudnn"):
-            if f"triton / {'cuDNN' if other == 'cudnn' else other}" in head:
-                t, o = row.get("triton"), row.get(other)
-                ratio = t.tflops / o.tflops if t and o and t.tflops and o.tflops else None
-                cells.append(_fmt(ratio, ".2f"))
+        for ours, other in ratios:
+            t, o = row.get(ours), row.get(other)
+            ratio = t.tflops / o.tflops if t and o and t.tflops and o.tflops else None
+            cells.append(_fmt(ratio, ".2f"))
         if "fp8 / cuDNN" in head:
             t, o = row.get("fp8"), row.get("cudnn")
             ratio = t.tflops / o.tflops if t and o and t.tflops and o.tflops else None
@@ -381,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = environment()
     print("# " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
     bf16, fp8 = (
-        bool({"triton", "triton-det"} & set(providers)),
+        bool({"triton", "triton-det", "gluon"} & set(providers)),
         bool(set(FP8_PROVIDERS) & set(providers) and "fwd" in modes),
     )
     if bf16 or fp8:
@@ -393,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for provider in providers:
             if provider == "triton-det" and case.mode.startswith("fwd") and case.mode != "fwd+bwd":
                 continue  # the same forward kernel as "triton"
+            if provider == "gluon" and case.mode == "bwd":
+                continue  # the same backward kernels as "triton"
             if provider in FP8_PROVIDERS and case.mode != "fwd":
                 continue  # inference only
             r = measure(case, provider, inputs)
@@ -412,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.cuda.empty_cache()
     print()
     print(markdown_table(results))
-    for ours, other in (("triton", "flash"), ("triton", "cudnn"), ("fp8", "cudnn")):
+    pairs = (("triton", "flash"), ("triton", "cudnn"), ("gluon", "flash"), ("gluon", "cudnn"))
+    for ours, other in (*pairs, ("fp8", "cudnn"), ("gluon", "triton")):
         for mode in modes:
             ratios = [
                 t.tflops / f.tflops

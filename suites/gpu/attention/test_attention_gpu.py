@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import triton
-from attention_cases import CASES
+from attention_cases import CASES, FWD_TOL, GRAD_TOL
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from harness import assert_equal, rel_error
@@ -34,14 +34,6 @@ pytestmark = [
 ]
 
 BASELINE = Path(__file__).with_name("speed_baseline.json")
-
-# ||kernel - fp32 math|| / ||fp32 math||. On the GPU fp32 -> fp16/bf16 casts round to nearest;
-# the kernel rounds its output, P before P @ V and dS before the dQ/dK products.
-# float16: unit roundoff 4.9e-4; bfloat16: 3.9e-3. Gradients take two more roundings.
-# Seen on an H200 (2026-11-30, docs/benchmarks/attention.md): fp16 output 2.5-2.8e-4,
-# gradients 2.9-3.1e-4; bf16 output 2.0-2.3e-3, gradients 2.3-2.5e-3. The bounds leave ~7x.
-FWD_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
-GRAD_TOL = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-5}
 
 
 @pytest.fixture(scope="module")

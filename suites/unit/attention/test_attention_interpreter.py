@@ -275,3 +275,24 @@ def test_tensors_on_the_wrong_device_are_refused_with_the_fix():
         q = _t(1, 1, 8, 16, device=other)
     with pytest.raises(ValueError, match=str(q.device)):
         attention(q, q, q)
+
+
+def test_forward_kernel_choice_is_validated_and_never_changes_the_result():
+    # fp32 inputs: the Gluon forward covers fp16/bf16 on sm_90 only, so "auto" must take the
+    # Triton forward here on every machine, and forcing Gluon must say why it cannot.
+    q, k, v = make_qkv(1, 2, 64, 64, 64)
+    auto = attention(q, k, v, causal=True)
+    assert_equal(auto, attention(q, k, v, causal=True, forward="triton"), bitwise=True)
+    with pytest.raises(ValueError, match="forward must be one of auto, triton, gluon, got 'cuda'"):
+        attention(q, k, v, forward="cuda")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="forward='gluon' cannot run this call"):
+        attention(q, k, v, forward="gluon")
+
+
+def test_the_gluon_module_imports_without_a_gpu_and_declines_what_it_cannot_run():
+    from reference_impls.attention import gluon_fwd
+
+    q = _t(1, 2, 128, 128, dtype=torch.float32)
+    assert not gluon_fwd.supports(q, q, q, causal=False)
+    reason = gluon_fwd.unsupported_reason(q, q, q, causal=False)
+    assert reason is not None and ("CUDA" in reason or "float16 or bfloat16" in reason)

@@ -1,0 +1,574 @@
+"""Fused attention forward for Hopper in Gluon: warp-specialized, FlashAttention-3 style.
+
+FlashAttention-3 (Shah et al., 2024, https://arxiv.org/abs/2407.08608) on top of
+FlashAttention-2 (Dao, 2023, https://arxiv.org/abs/2307.08691): the same online softmax as
+``kernel.py``, scheduled the way FlashAttention-3 schedules it on Hopper.
+
+- A producer warp issues the TMA copies: the query tiles once, then key and value blocks into
+  a ring of ``STAGES`` shared-memory slots, each guarded by a "ready" mbarrier (the copy
+  engine arrives when the bytes have landed) and an "empty" one (every consumer arrives when
+  it has finished reading the slot). It holds 24 registers per thread; the consumers take the
+  rest (``setmaxnreg``), which is what lets a consumer keep two score tiles and the output
+  tile in registers at once.
+- ``NUM_CONSUMERS`` consumer warpgroups (4 warps each), each with its own ``BLOCK_M`` query
+  rows, read the same key/value slots. Their matmuls are asynchronous wgmma with fp32
+  accumulators in registers; P stays in registers as the A operand of P @ V.
+- Inside a consumer the softmax of key block j runs while the tensor cores compute
+  ``P_{j-1} V_{j-1}`` (FlashAttention-3's intra-warpgroup pipelining, one block deep): the loop
+  issues block j's score wgmma and then the previous block's P @ V wgmma, and waits for only
+  the former before the softmax. Across the two consumers, one's softmax overlaps the other's
+  matmuls as the warp scheduler interleaves them; an explicit ping-pong (``PINGPONG``, the two
+  taking turns to issue) measured no faster and is off by default.
+- Causal: blocks left of the diagonal take the loop without masks; only the blocks that
+  straddle the diagonal compute one.
+
+What this kernel covers is narrower than ``kernel.py``: fp16/bf16, head dims 64 and 128,
+contiguous ``(B, H, N, D)`` inputs, lengths that are whole multiples of its tiles and, when
+causal, ``Nk >= Nq`` (so every query row sees at least one key). ``supports`` says whether a
+call qualifies; ``kernel.attention`` falls back to the Triton kernel for everything else, so
+the semantics never depend on which kernel ran. The log-sum-exp it saves follows
+``kernel.py``'s convention (base 2), so that file's backward consumes it unchanged.
+
+Gluon does not run under ``TRITON_INTERPRET``; importing this module is safe anywhere (the
+kernels are only compiled when launched on a GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+__all__ = ["GluonConfig", "CONFIGS", "supports", "unsupported_reason", "attention_forward"]
+
+LOG2E = 1.4426950408889634
+"""log2(e): exp(x) is computed as exp2(x * log2(e)), folded into the softmax scale."""
+
+WARPS_PER_CONSUMER = 4  # one warpgroup: the unit wgmma issues on
+LOADER_WARPS = gl.constexpr(1)
+# The fewest registers setmaxnreg allows: the loader holds only scalars.
+LOADER_REGS = gl.constexpr(24)
+# Register budget per thread of a consumer warpgroup, out of 64K registers per SM shared by
+# (NUM_CONSUMERS + 1) warpgroups (the loader's warp is allocated a whole warpgroup).
+CONSUMER_REGS = {1: 240, 2: 240}
+# maxnreg for the launch: the average per thread that the budget above allows, rounded down
+# to a multiple of 8 (65536 / (128 * warpgroups)).
+KERNEL_MAXNREG = {1: 248, 2: 168}
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+
+@gluon.jit
+def _softmax_step(qk, m_i, l_i, qk_scale, offs_m, offs_n, causal_shift, MASKED: gl.constexpr):
+    """One block's online softmax. qk: (BLOCK_M, BLOCK_N) fp32 raw scores; m_i, l_i: (BLOCK_M,)
+    running max (base-2 units) and sum. Returns (p, alpha, m_new, l_new), p unnormalised."""
+    if MASKED:
+        # Causal only: ragged lengths never reach this kernel (``supports``).
+        keep = offs_n[None, :] <= offs_m[:, None] + causal_shift
+        s = gl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        # Every row sees key 0 (Nk >= Nq), so m_new is finite after the first block: no NaN
+        # from (-inf) - (-inf).
+        p = gl.exp2(s - m_new[:, None])
+    else:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
+        p = gl.exp2(qk * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _pipelined_blocks(
+    acc,
+    p_op,
+    alpha,
+    m_i,
+    l_i,
+    q_smem,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turns,
+    lo,
+    hi,
+    qk_scale,
+    offs_m,
+    causal_shift,
+    s_layout: gl.constexpr,
+    o_layout: gl.constexpr,
+    p_layout: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    MASKED: gl.constexpr,
+    CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
+    """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
+    P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
+
+    Carried in: acc (BLOCK_M, HEAD_DIM) fp32 = sum over blocks < j-1, not yet rescaled by
+    alpha (the factor block j-1's softmax produced); p_op = P_{j-1} as the wgmma A operand.
+
+    PINGPONG (two consumers): the warpgroups take turns to issue their two wgmmas (the
+    ``turns`` mbarriers), so that one's softmax runs while the other's matmuls hold the tensor
+    cores (FlashAttention-3's inter-warpgroup schedule). Both run the same number of
+    iterations, so the k-th wait on a turn barrier is for its k-th completion (parity k & 1;
+    consumer 0's barrier was completed once before the loop to let it start).
+    """
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    for j in range(lo, hi):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        if PINGPONG:
+            mbarrier.wait(turns.index(CONSUMER), (j - 1) & 1)
+        qk = warpgroup_mma(
+            q_smem,
+            k_smem.index(slot).permute((1, 0)),
+            gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+            use_acc=False,
+            is_async=True,
+        )
+        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
+        # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
+        # through the softmax below.
+        qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
+        p, alpha, m_i, l_i = _softmax_step(
+            qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED
+        )
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        mbarrier.arrive(kv_empty.index(prev), count=1)
+        p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    return acc, p_op, alpha, m_i, l_i
+
+
+@gluon.jit
+def _consumer(
+    q_smem,
+    k_smem,
+    v_smem,
+    q_bar,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turns,
+    desc_o,
+    LSE,
+    o_row,
+    lse_row,
+    start_m,
+    n_q,
+    n_k,
+    n_blocks,
+    qk_scale,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
+    """One warpgroup: BLOCK_M query rows starting at ``start_m`` against key blocks
+    ``0 .. n_blocks-1``; writes O (through ``q_smem``, free once the last score is computed)
+    and the base-2 log-sum-exp."""
+    # Accumulator layouts: the warpgroup's 4 warps split the rows; the instruction's N is the
+    # whole tile width (one wgmma per 16-deep K step).
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    # P as the A operand straight from registers: the accumulator layout of QK^T maps onto it
+    # without a shuffle (k_width 2 for 16-bit types).
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_s)
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    causal_shift = n_k - n_q
+    # Causal: blocks wholly left of the diagonal for this warpgroup's first row need no mask.
+    n_full = gl.minimum((start_m + causal_shift + 1) // BLOCK_N, n_blocks) if CAUSAL else n_blocks
+
+    mbarrier.wait(q_bar, 0)
+    # Block 0 alone: its scores, its softmax (masked: in a causal kernel it may straddle the
+    # diagonal; the mask is harmless elsewhere).
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+    mbarrier.wait(k_ready.index(0), 0)
+    qk = warpgroup_mma(
+        q_smem,
+        k_smem.index(0).permute((1, 0)),
+        gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+        use_acc=False,
+        is_async=True,
+    )
+    qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
+    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, offs_m, cols, causal_shift, CAUSAL)
+    p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+
+    acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
+        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
+        1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
+        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
+    )  # fmt: skip
+    acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
+        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
+        gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
+        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER, PINGPONG,
+    )  # fmt: skip
+
+    # The last block's P @ V.
+    last = n_blocks - 1
+    slot = last % STAGES
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(kv_empty.index(slot), count=1)
+
+    # Every row saw key 0, so l_i > 0.
+    acc = acc / gl.convert_layout(l_i, row_o)[:, None]
+    lse = m_i + gl.log2(l_i)  # base 2, as kernel.py's backward reads it
+    gl.store(LSE + lse_row + gl.arange(0, BLOCK_M, layout=row_s), lse)
+    # Q's tile is dead (every wgmma reading it has completed): it holds O on its way out.
+    q_smem.store(acc.to(q_smem.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(desc_o, [o_row, 0], q_smem)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _consumer_partition(
+    desc_o,
+    LSE,
+    q_bufs,
+    k_smem,
+    v_smem,
+    q_bars,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turns,
+    q_row0,
+    start_m0,
+    n_q,
+    n_k,
+    n_blocks,
+    qk_scale,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
+    """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of the program's tile."""
+    row = q_row0 + CONSUMER * BLOCK_M
+    _consumer(
+        q_bufs.index(CONSUMER), k_smem, v_smem, q_bars.index(CONSUMER), k_ready, v_ready,
+        kv_empty, turns, desc_o, LSE, row, row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k,
+        n_blocks, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _loader(
+    desc_q,
+    desc_k,
+    desc_v,
+    q_bufs,
+    k_smem,
+    v_smem,
+    q_bars,
+    k_ready,
+    v_ready,
+    kv_empty,
+    q_row0,
+    kv_row0,
+    n_blocks,
+    NUM_CONSUMERS: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """The producer warp: each consumer's Q tile, then K_j and V_j into slot j % STAGES once
+    every consumer has released that slot's previous contents."""
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.expect(q_bars.index(c), desc_q.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            desc_q, [q_row0 + c * BLOCK_M, 0], q_bars.index(c), q_bufs.index(c)
+        )
+    for j in range(n_blocks):
+        slot = j % STAGES
+        # A fresh mbarrier counts as having completed the phase before phase 0: the first
+        # STAGES waits (parity 1) pass at once.
+        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        row = kv_row0 + j * BLOCK_N
+        mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_k, [row, 0], k_ready.index(slot), k_smem.index(slot))
+        mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_v, [row, 0], v_ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _attn_fwd_ws(
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_o,
+    LSE,
+    qk_scale,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    NUM_CONSUMERS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
+    """Grid: (Nq / (NUM_CONSUMERS * BLOCK_M), B * H). desc_q/desc_o: (B*H*Nq, D) with
+    (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with (BLOCK_N, D) tiles; LSE: (B*H*Nq,)."""
+    TILE_M: gl.constexpr = NUM_CONSUMERS * BLOCK_M
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        # Later query tiles see more keys: start them first so the last wave is short.
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    bh = gl.program_id(1)  # b * H + h
+    b = bh // num_heads
+    hkv = (bh % num_heads) // group_size
+    start_m0 = pid_m * TILE_M
+    q_row0 = bh * n_q + start_m0
+    kv_row0 = (b * (num_heads // group_size) + hkv) * n_k
+    if CAUSAL:
+        # Keys up to the last row's diagonal: query i sees key j iff j <= i + (Nk - Nq).
+        n_blocks = gl.cdiv(gl.minimum(start_m0 + TILE_M + n_k - n_q, n_k), BLOCK_N)
+    else:
+        n_blocks = n_k // BLOCK_N
+
+    dtype: gl.constexpr = desc_q.dtype
+    q_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_M, HEAD_DIM], desc_q.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.init(q_bars.index(c), count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(kv_empty.index(s), count=NUM_CONSUMERS)  # each consumer releases once
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(turns.index(c), count=1)
+    if PINGPONG:
+        gl.static_assert(NUM_CONSUMERS == 2, "ping-pong needs two consumer warpgroups")
+        mbarrier.arrive(turns.index(0), count=1)  # consumer 0 issues first
+
+    # The partitions' arguments: descriptors, shared-memory views and scalars (only the
+    # default partition may take tensors).
+    if NUM_CONSUMERS == 2:
+        gl.warp_specialize(
+            [
+                (
+                    _consumer_partition,
+                    (
+                        desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
+                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
+                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0, PINGPONG,
+                    ),
+                ),
+                (
+                    _consumer_partition,
+                    (
+                        desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
+                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
+                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 1, PINGPONG,
+                    ),
+                ),
+                (
+                    _loader,
+                    (
+                        desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, k_ready,
+                        v_ready, kv_empty, q_row0, kv_row0, n_blocks,
+                        NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                    ),
+                ),
+            ],
+            [4, LOADER_WARPS],
+            [CONSUMER_REGS, LOADER_REGS],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (
+                    _consumer_partition,
+                    (
+                        desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
+                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
+                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0, PINGPONG,
+                    ),
+                ),
+                (
+                    _loader,
+                    (
+                        desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, k_ready,
+                        v_ready, kv_empty, q_row0, kv_row0, n_blocks,
+                        NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                    ),
+                ),
+            ],
+            [LOADER_WARPS],
+            [LOADER_REGS],
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Configurations and the launcher
+
+
+@dataclasses.dataclass(frozen=True)
+class GluonConfig:
+    """One tiling of the warp-specialized forward."""
+
+    block_m: int  # query rows per consumer warpgroup
+    block_n: int  # keys per block
+    stages: int  # key/value slots in the ring
+    consumers: int  # consumer warpgroups per program (1 or 2)
+    pingpong: bool = False  # two consumers take turns to issue their wgmmas
+
+    @property
+    def tile_m(self) -> int:
+        """Query rows per program."""
+        return self.block_m * self.consumers
+
+
+# Per head dim: registers per consumer thread are BLOCK_M * (HEAD_DIM + 2 * BLOCK_N) / 128
+# fp32 values for O and two score tiles, plus P; shared memory is the Q tiles plus
+# STAGES * 2 * BLOCK_N * HEAD_DIM * 2 bytes (of 227 KiB: (64, 128, 3, 2) at D=128 takes 224).
+# None spills (offline sm_90a compiles). The first entry is the default: the fastest in two
+# same-run sweeps on an H200 (docs/benchmarks/attention.md), which also timed and dropped
+# 2-slot rings and a single 128-row consumer; 128-row tiles with 128-key blocks spill. The
+# others stay, tested, as the alternatives measured: ping-pong ran -9% to +2% against letting
+# the two warpgroups interleave freely.
+CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
+    64: (
+        GluonConfig(128, 64, 3, 2),
+        GluonConfig(64, 128, 3, 2),
+        GluonConfig(128, 64, 3, 2, pingpong=True),
+    ),
+    128: (
+        GluonConfig(64, 128, 3, 2),
+        GluonConfig(64, 64, 4, 2),
+        GluonConfig(64, 128, 3, 2, pingpong=True),
+    ),
+}
+
+
+def unsupported_reason(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    config: GluonConfig | None = None,
+) -> str | None:
+    """None when this kernel (with ``config``, default the head dim's first) computes what
+    ``kernel.attention`` would for these inputs, else why not."""
+    if q.device.type != "cuda":
+        return f"needs CUDA tensors, got {q.device}"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"needs float16 or bfloat16, got {q.dtype}"
+    d = q.shape[-1]
+    if d not in CONFIGS:
+        return f"head dim must be one of {sorted(CONFIGS)}, got {d}"
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        return "needs contiguous (B, H, N, D) tensors"
+    cfg = config or CONFIGS[d][0]
+    n_q, n_k = q.shape[2], k.shape[2]
+    # Whole tiles only: there is no ragged end to mask.
+    if n_q % cfg.tile_m or n_k % cfg.block_n:
+        return f"needs Nq % {cfg.tile_m} == 0 and Nk % {cfg.block_n} == 0, got {n_q} and {n_k}"
+    # Causal with Nq > Nk leaves rows that see no key (the Triton kernel's zeros convention).
+    if causal and n_k < n_q:
+        return f"causal needs Nk >= Nq, got Nq={n_q}, Nk={n_k}"
+    return None
+
+
+def supports(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    config: GluonConfig | None = None,
+) -> bool:
+    """Whether :func:`attention_forward` computes exactly what ``kernel.attention`` would."""
+    return unsupported_reason(q, k, v, causal, config) is None
+
+
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    config: GluonConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse): o (B, H, Nq, D) in q's dtype, lse (B, H, Nq) fp32 in base 2. Inputs must pass
+    :func:`supports`."""
+    b, h, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    cfg = config or CONFIGS[d][0]
+    gdtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+    o = torch.empty_like(q)  # (B, H, Nq, D)
+    lse = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)
+    q_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_m, d], gdtype)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gdtype)
+
+    def desc(t: torch.Tensor, rows: int, layout: gl.NVMMASharedLayout) -> TensorDescriptor:
+        flat = t.view(-1, d)  # (B*H*N, D)
+        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d], layout)
+
+    grid = (n_q // cfg.tile_m, b * h)
+    _attn_fwd_ws[grid](
+        desc(q, cfg.block_m, q_layout), desc(k, cfg.block_n, kv_layout),
+        desc(v, cfg.block_n, kv_layout), desc(o, cfg.block_m, q_layout), lse,
+        sm_scale * LOG2E,
+        n_q, n_k, h, h // h_kv,
+        CAUSAL=causal, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d,
+        STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
+        CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
+        num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
+    )  # fmt: skip
+    return o, lse

@@ -1,0 +1,134 @@
+"""The warp-specialized Gluon forward (reference_impls/attention/gluon_fwd.py) on an sm_90 GPU:
+every tiling against a float64 reference, through ``attention(..., forward="gluon")`` with
+kernel.py's backward reading its log-sum-exp, and the dispatch of ``forward="auto"``.
+
+As in test_attention_gpu.py, reference_impls.attention is imported inside a fixture, never at
+module import (the unit suites set TRITON_INTERPRET before they import it).
+"""
+
+import math
+
+import pytest
+import torch
+import triton
+from attention_cases import CASES, FWD_TOL, GRAD_TOL
+
+from harness import assert_equal, rel_error
+
+HOPPER = (9, 0)
+
+pytestmark = [
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA GPU (torch.cuda.is_available() is False)",
+    ),
+    pytest.mark.skipif(
+        bool(triton.knobs.runtime.interpret),
+        reason="TRITON_INTERPRET is set: Gluon kernels do not run in the interpreter",
+    ),
+    pytest.mark.skipif(
+        torch.cuda.is_available() and torch.cuda.get_device_capability() != HOPPER,
+        reason="the Gluon forward is written for sm_90 (Hopper) GPUs only",
+    ),
+]
+
+# Shapes the Gluon kernel covers (whole tiles; causal with Nk >= Nq): (B, H, Hkv, Nq, Nk, D,
+# causal). Grouped-query heads, Nq != Nk both ways round the causal diagonal's offset, and a
+# sequence long enough for the causal split into unmasked and diagonal blocks to matter.
+GLUON_CASES = {
+    "d128-n2048": CASES["d128-n2048"],
+    "d128-n2048-causal": CASES["d128-n2048-causal"],
+    "gqa-d128-causal": CASES["gqa-d128-causal"],
+    "d64-n1024-causal": CASES["d64-n1024-causal"],
+    "d128-nq512-nk2048-causal": (1, 4, 4, 512, 2048, 128, True),
+    "gqa-d64-nq256-nk1280": (1, 4, 2, 256, 1280, 64, False),
+    "d128-n4096-causal": (1, 2, 2, 4096, 4096, 128, True),
+}
+
+
+@pytest.fixture(scope="module")
+def attn():
+    from reference_impls import attention
+
+    return attention
+
+
+@pytest.fixture(scope="module")
+def gluon_fwd():
+    from reference_impls.attention import gluon_fwd
+
+    return gluon_fwd
+
+
+def _inputs(shape, dtype, seed, requires_grad=False):
+    b, h, h_kv, n_q, n_k, d, _ = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(b, h_kv, n_k, d, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(b, h_kv, n_k, d, device="cuda", dtype=dtype, generator=g)
+    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", list(GLUON_CASES))
+def test_gluon_forward_and_gradients_match_float64(attn, case, dtype):
+    causal = GLUON_CASES[case][-1]
+    q, k, v = _inputs(GLUON_CASES[case], dtype, seed=0, requires_grad=True)
+    out = attn.attention(q, k, v, causal=causal, forward="gluon")
+    do = torch.randn_like(out)
+    out.backward(do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = attn.reference_attention(q64, k64, v64, causal=causal)
+    ref.backward(do.double())
+    errors = {"out": rel_error(out, ref)}
+    for n, t, r in zip("qkv", (q, k, v), (q64, k64, v64), strict=True):
+        errors[f"d{n}"] = rel_error(t.grad, r.grad)
+    print(f"{case} {dtype}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()))
+    assert errors["out"] <= FWD_TOL[dtype], errors
+    # The gradients come from kernel.py's backward, which recomputes P from the Gluon
+    # kernel's log-sum-exp: a wrong LSE shows up here.
+    assert max(errors[n] for n in ("dq", "dk", "dv")) <= GRAD_TOL[dtype], errors
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_every_tiling_matches_float64(gluon_fwd, attn, d):
+    # The configs the benchmark sweeps, not only the default: each is a different schedule of
+    # the same barriers (stages, rows per warpgroup, one or two consumers).
+    for i, cfg in enumerate(gluon_fwd.CONFIGS[d]):
+        for causal in (False, True):
+            shape = (2, 4, 2, 1024, 1024, d, causal)
+            q, k, v = _inputs(shape, torch.bfloat16, seed=i)
+            assert gluon_fwd.supports(q, k, v, causal, cfg)
+            o, lse = gluon_fwd.attention_forward(q, k, v, causal, 1 / math.sqrt(d), config=cfg)
+            ref = attn.reference_attention(q.double(), k.double(), v.double(), causal=causal)
+            assert rel_error(o, ref) <= FWD_TOL[torch.bfloat16], (cfg, causal)
+            # The log-sum-exp in base 2, as kernel.py's backward reads it.
+            kk = k.double().repeat_interleave(2, dim=1)
+            s = q.double() @ kk.transpose(-2, -1) / math.sqrt(d)  # (B, H, Nq, Nk)
+            if causal:
+                s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+            lse_ref = torch.logsumexp(s, dim=-1) / math.log(2)
+            # fp32 max + log2 of a sum of up to 1024 fp32 terms: ~1e-6 seen; 1e-4 leaves room.
+            assert (lse.double() - lse_ref).abs().max().item() <= 1e-4, (cfg, causal)
+
+
+def test_auto_picks_gluon_only_where_it_measured_faster(attn):
+    from reference_impls.attention import kernel
+
+    for d, causal in ((128, True), (128, False), (64, True)):
+        q, k, v = _inputs((2, 4, 4, 1024, 1024, d, causal), torch.bfloat16, seed=d)
+        auto = attn.attention(q, k, v, causal=causal)
+        expected = "gluon" if d in kernel.GLUON_FORWARD_HEAD_DIMS else "triton"
+        assert_equal(auto, attn.attention(q, k, v, causal=causal, forward=expected), bitwise=True)
+
+
+def test_shapes_the_gluon_kernel_does_not_cover_fall_back_to_triton(attn):
+    # Ragged lengths and causal with Nq > Nk: "auto" takes the Triton forward (same bits as
+    # forcing it); forcing Gluon is an error that says why.
+    for shape in ((1, 4, 4, 1000, 1531, 128, True), (1, 4, 4, 1024, 512, 128, True)):
+        causal = shape[-1]
+        q, k, v = _inputs(shape, torch.bfloat16, seed=1)
+        auto = attn.attention(q, k, v, causal=causal)
+        assert_equal(auto, attn.attention(q, k, v, causal=causal, forward="triton"), bitwise=True)
+        with pytest.raises(ValueError, match="forward='gluon' cannot run this call"):
+            attn.attention(q, k, v, causal=causal, forward="gluon")
