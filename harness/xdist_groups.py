@@ -1,18 +1,26 @@
-"""Parallel runs under pytest-xdist that keep the heavy tiers on one worker at a time.
+"""Parallel runs under pytest-xdist that keep what must not run at once on one worker.
 
-``harness ci`` in pull-request mode runs pytest with ``-n N -p harness.xdist_groups``. Unit
-and property tests are spread over every worker one test at a time (as ``--dist load``);
-every test of the ``integration`` and ``distributed`` tiers forms one work unit that a single
-worker runs in order. Those tests start servers (SeaweedFS, PostgreSQL) from session fixtures
-and multi-process torch.distributed groups: spread over workers, each worker would start its
-own servers, and two gloo groups would fight for the same cores; on one worker they run one
-after another, as in a serial run, while the other workers take the fast tiers.
+``make test`` (and so ``.ci/run``) and ``harness ci`` run pytest with ``-n N -p
+harness.xdist_groups``. The scheduling unit of a test (:func:`work_unit`) is:
+
+- **unit and property tests**: the test itself, spread over every worker one at a time (as
+  ``--dist load``). They start no server and hold no port; each is independent.
+- **integration tests**: their module. Module-scoped fixtures (a project built once, a server
+  a module shares) are then set up once, and the tests of a module keep their order. Two
+  modules may run at once on two workers: their servers cannot collide, since SeaweedFS and
+  PostgreSQL (the session fixtures of ``suites/integration/{data,tracking}/conftest.py``) take
+  free loopback ports and fresh temporary folders, and a session fixture is per worker, so a
+  run starts at most one server of each kind per worker (a few seconds each).
+- **distributed tests**: one shared unit, on one worker, in collection order. Each test starts
+  a multi-process torch.distributed (gloo) group of 2-8 processes that busy-wait on each other;
+  two such groups at once on a 2-core runner would multiply the oversubscription and push
+  their collectives towards the timeouts, for no gain in coverage.
 
 Why a scheduler and not ``--dist loadgroup`` with ``xdist_group`` marks: loadgroup appends
 ``@group`` to every grouped test's node id before the harness sees it, which changes the
 test's derived seed, breaks quarantine matching by node id and prints reproduce commands
 pytest cannot run. xdist's documented extension point, a ``LoadScopeScheduling`` whose
-``_split_scope`` names the group, groups the same tests without touching their ids.
+``_split_scope`` names the unit, groups the same tests without touching their ids.
 """
 
 from __future__ import annotations
@@ -21,17 +29,25 @@ from typing import Any
 
 import pytest
 
-SERIAL_TIERS = ("integration", "distributed")
+SERIAL_TIERS = ("distributed",)
 """Tiers whose tests share one worker, in collection order."""
+
+MODULE_TIERS = ("integration",)
+"""Tiers whose tests are scheduled a module at a time."""
 
 SERIAL_GROUP = "harness-serial-tiers"
 
 
 def work_unit(nodeid: str, suites_dir: str = "suites") -> str:
-    """The scheduling unit of a test: the shared group for the serial tiers, else itself."""
-    parts = nodeid.split("::", 1)[0].split("/")
-    if len(parts) > 2 and parts[0] == suites_dir and parts[1] in SERIAL_TIERS:
-        return SERIAL_GROUP
+    """The scheduling unit of a test: the shared group for the serial tiers, the module for
+    the module tiers, else the test itself."""
+    module = nodeid.split("::", 1)[0]
+    parts = module.split("/")
+    if len(parts) > 2 and parts[0] == suites_dir:
+        if parts[1] in SERIAL_TIERS:
+            return SERIAL_GROUP
+        if parts[1] in MODULE_TIERS:
+            return module
     return nodeid
 
 

@@ -1,7 +1,8 @@
 """`harness ci` in pull-request mode from the outside: a git project, a change, what runs.
 
-Also the xdist scheduling it uses (harness.xdist_groups): the integration and distributed
-tiers on one worker, node ids (and so seeds, quarantine and reproduce lines) untouched.
+Also the xdist scheduling it uses (harness.xdist_groups): the distributed tier on one worker,
+an integration module on one worker, node ids (and so seeds, quarantine and reproduce lines)
+untouched.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def logged(project, pytester, monkeypatch):
     return rows
 
 
-def test_integration_and_distributed_tests_share_one_worker_with_their_node_ids_intact(
+def test_distributed_tests_share_one_worker_and_integration_tests_their_modules_node_ids_intact(
     project, pytester, logged
 ):
     project(
@@ -70,16 +71,20 @@ def test_integration_and_distributed_tests_share_one_worker_with_their_node_ids_
             "comp_a.py": "VALUE = 1\n",
             "suites/unit/test_u.py": _test_file("comp_a", 6),
             "suites/integration/test_i.py": _test_file("comp_a", 3),
-            "suites/distributed/test_d.py": _test_file("comp_a", 2),
+            "suites/distributed/test_d1.py": _test_file("comp_a", 2),
+            "suites/distributed/test_d2.py": _test_file("comp_a", 2),
         }
     )
     result = pytester.runpytest_subprocess(
         "-p", "harness.xdist_groups", "-n", "2", "--harness-seed=11", "--harness-json=r.json"
     )
-    result.assert_outcomes(passed=11)
+    result.assert_outcomes(passed=13)
     rows = logged()
-    serial = {r["worker"] for r in rows if "/unit/" not in r["nodeid"]}
-    assert len(serial) == 1, rows  # all five on one worker
+    distributed = [r for r in rows if "/distributed/" in r["nodeid"]]
+    assert len({r["worker"] for r in distributed}) == 1, rows  # both modules on one worker
+    # ... one after the other, in collection order (no two gloo groups at once).
+    assert [r["nodeid"] for r in distributed] == sorted(r["nodeid"] for r in distributed)
+    assert len({r["worker"] for r in rows if "/integration/" in r["nodeid"]}) == 1, rows
     assert all("@" not in r["nodeid"] for r in rows)
     assert all(r["seed"] == node_seed(11, r["nodeid"]) for r in rows)
     report = json.loads((pytester.path / "r.json").read_text())
