@@ -31,6 +31,15 @@ class Plan:
     """One line for the summary: the mode, the base, what was selected."""
 
 
+def xdist_args(workers: str) -> tuple[str, ...]:
+    """pytest arguments for ``workers`` xdist workers (``auto``: one per core; ``0``: none),
+    scheduled by :mod:`harness.xdist_groups`. The full run uses them too: it is the same
+    suite, only more of it."""
+    if workers in ("0", ""):
+        return ()
+    return ("-p", "harness.xdist_groups", f"--numprocesses={workers}")
+
+
 def _resolves(root: Path, ref: str) -> bool:
     proc = subprocess.run(
         ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
@@ -54,6 +63,7 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     if not refs:
         return Plan(
             selection=None,
+            pytest_args=xdist_args(workers),
             note="pull-request mode fell back to the full run: no base branch to compare "
             f"with (none of {', '.join(DEFAULT_BASE_REFS)} exists; pass --changed-since REF)",
         )
@@ -63,21 +73,22 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     except _selection.SelectionError as exc:
         if base_ref:  # the user named it: a typo must not silently run everything
             raise
-        return Plan(selection=None, note=f"pull-request mode fell back to the full run: {exc}")
+        return Plan(
+            selection=None,
+            pytest_args=xdist_args(workers),
+            note=f"pull-request mode fell back to the full run: {exc}",
+        )
     if not changed:
         # Nothing differs from the base: this is the base itself (main, a fresh clone). A run
         # that selected nothing would pass without checking anything, so test everything.
         return Plan(
             selection=None,
+            pytest_args=xdist_args(workers),
             note=f"pull-request mode fell back to the full run: nothing changed since "
             f"{refs[0]} ({base[:10]}), so there is no change to select from",
         )
     sel = _selection.select(root, changed, base=base)
-    xdist = (
-        ("-p", "harness.xdist_groups", f"--numprocesses={workers}")
-        if workers not in ("0", "")
-        else ()
-    )
+    xdist = xdist_args(workers)
     note = f"pull-request mode: {len(changed)} file(s) changed since {refs[0]} ({base[:10]}); "
     if sel.everything:
         return Plan(selection=sel, pytest_args=xdist, note=note + sel.reason + ": every test")

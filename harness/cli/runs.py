@@ -260,15 +260,15 @@ def run_command(
 Steps, in order (each one runs even when an earlier one failed, so one run shows everything):
   1. env check      installed distributions vs the lock file
   2. cpu tiers      unit, property, integration, distributed (one pytest run); in
-                    pull-request mode (the default) only the test files the change reaches,
-                    on N xdist workers, integration and distributed on one of them
+                    pull-request mode (the default) only the test files the change reaches;
+                    on N xdist workers (--workers), the distributed tier on one of them
   3. gpu tier       when CUDA is present; otherwise reported as skipped with the reason
   4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf; in
                     pull-request mode only the benchmark files the change reaches
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
 Modes: --pr (default) selects from the files changed since --changed-since REF (default
-origin/main, else main) and the import graph; a change to harness/, a conftest.py, the lock
-files or pyproject.toml selects everything. --full runs every test and benchmark (main and
+origin/main, else main) and the import graph; a change to harness/plugin.py, a conftest.py,
+the lock files or pyproject.toml selects everything. --full runs every test and benchmark (main and
 nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
 """,
 )
@@ -311,7 +311,7 @@ nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
     metavar="N|auto",
     default="auto",
     show_default=True,
-    help="pytest-xdist workers in --pr mode (0: no xdist).",
+    help="pytest-xdist workers, in either mode (0: no xdist).",
 )
 def ci_command(
     report_dir: Path,
@@ -333,7 +333,11 @@ def ci_command(
     try:
         tier_names = _tier_list(tiers) if tiers is not None else _default_tiers()
         seed = _check_seed(seed)
-        plan = _prmode.Plan(selection=None, note="full run (--full): every test and benchmark")
+        plan = _prmode.Plan(
+            selection=None,
+            pytest_args=_prmode.xdist_args(workers),
+            note="full run (--full): every test and benchmark",
+        )
         if pr_mode:
             try:
                 plan = _prmode.plan(Path.cwd(), base_ref=changed_since, workers=workers)

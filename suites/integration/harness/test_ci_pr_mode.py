@@ -134,7 +134,9 @@ def test_pr_mode_runs_what_a_change_reaches_nothing_for_no_change_and_all_for_th
     result, selection = _ci(pytester)
     assert result.ret == 0, result.stdout.str()
     assert selection["full_run"] and "nothing changed since main" in selection["note"]
-    assert len(logged()) == 7
+    assert "--numprocesses=2" in selection["pytest_args"]  # the full run is parallel too
+    rows = logged()
+    assert len(rows) == 7 and all(r["worker"] for r in rows)
 
     # A documentation-only change reaches no test: skipped, and said so.
     (root / "NOTES.md").write_text("notes\n")
