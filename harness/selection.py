@@ -423,17 +423,28 @@ def _everything_reason(path: str) -> str | None:
 
 def _runs_pytest(tree: ast.Module | None, fixtures: set[str]) -> bool:
     """Whether a file runs pytest itself, and so the plugin, which no import of it names: it
-    takes one of ``fixtures`` (``pytester``, or a conftest fixture built on it) as a parameter
-    or names one in a string (``request.getfixturevalue("pytester")``), or names the
-    ``pytest`` module in a string (``[sys.executable, "-m", "pytest", ...]``)."""
+    takes one of ``fixtures`` (``pytester``, or a conftest fixture built on it) as a parameter,
+    names ``pytester`` in a string (``request.getfixturevalue("pytester")``), or names the
+    ``pytest`` module in one (``[sys.executable, "-m", "pytest", ...]``). A conftest fixture's
+    name in a string is not enough: ``"project"`` is more often a word than a fixture."""
     if tree is None:
         return False
     for node in ast.walk(tree):
-        if isinstance(node, ast.arg) and node.arg in fixtures:
-            return True
-        if isinstance(node, ast.Constant) and (node.value == "pytest" or node.value in fixtures):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            # Only a test or a fixture requests fixtures: a helper's ``project`` parameter is
+            # its own (``pytester`` is unambiguous anywhere).
+            requests = node.name.startswith("test") or any(
+                "fixture" in ast.unparse(d) for d in node.decorator_list
+            )
+            if _params(node) & (fixtures if requests else {"pytester"}):
+                return True
+        if isinstance(node, ast.Constant) and node.value in ("pytest", "pytester"):
             return True
     return False
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    return {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
 
 
 def _pytest_fixtures(graph: ImportGraph, conftests: set[str]) -> dict[PurePosixPath, set[str]]:
@@ -453,8 +464,7 @@ def _pytest_fixtures(graph: ImportGraph, conftests: set[str]) -> dict[PurePosixP
     while grew:
         grew = False
         for folder, fn in functions:
-            params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
-            if fn.name not in out[folder] and params & (known | out[folder]):
+            if fn.name not in out[folder] and _params(fn) & (known | out[folder]):
                 out[folder].add(fn.name)
                 known.add(fn.name)
                 grew = True

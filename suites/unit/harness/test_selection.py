@@ -199,6 +199,14 @@ PLUGIN_PROJECT = {
     "suites/unit/test_imports_merge.py": "from harness import merge\n",
     "suites/unit/test_store.py": "from comp import store\n",
     "suites/unit/test_plain.py": "def test_it():\n    pass\n",
+    # A helper's parameter named like the fixture is not a request for it.
+    "suites/unit/test_helper_param.py": (
+        "def make(project='p'):\n    return project\n\ndef test_it():\n    assert make()\n"
+    ),
+    "suites/unit/test_fixture_on_project.py": (
+        "import pytest\n\n@pytest.fixture\ndef inner(project):\n    return project\n\n"
+        "def test_it(inner):\n    pass\n"
+    ),
 }
 
 
@@ -208,10 +216,12 @@ def test_a_harness_module_selects_the_tests_that_import_it_or_run_the_plugin_on_
     root = _write(tmp_path, PLUGIN_PROJECT)
     sel = selection.select(root, ["harness/quarantine.py"])
     assert not sel.everything, sel.reason
-    # The plugin imports quarantine; these three run pytest, so the plugin, themselves. A test
-    # merely run under the plugin is not selected, nor one whose library takes a `project`.
+    # The plugin imports quarantine; these four run pytest, so the plugin, themselves. A test
+    # merely run under the plugin is not selected, nor one whose library or helper takes a
+    # `project` parameter.
     assert sel.tests == (
         "suites/integration/test_child_pytest.py",
+        "suites/unit/test_fixture_on_project.py",
         "suites/unit/test_project_fixture.py",
         "suites/unit/test_pytester.py",
     )
