@@ -17,8 +17,8 @@ ARGS ?=
 # Extra arguments for `harness ci` in `make run`, e.g. make run CI_ARGS="--full --no-perf".
 CI_ARGS ?=
 # xdist workers for `make test`: one per core this machine has (WORKERS=0: one process, no
-# xdist). harness.xdist_groups keeps the distributed tier on one worker and each integration
-# module on one (docs/harness.md, "Parallel runs").
+# xdist). harness.xdist_groups keeps the distributed tier on one worker, and an integration
+# module with a module-scoped fixture on one (docs/harness.md, "Parallel runs").
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 # Busy loops `make test-under-load` runs beside the tests.
 LOAD ?= 2

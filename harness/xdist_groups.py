@@ -5,12 +5,16 @@ harness.xdist_groups``. The scheduling unit of a test (:func:`work_unit`) is:
 
 - **unit and property tests**: the test itself, spread over every worker one at a time (as
   ``--dist load``). They start no server and hold no port; each is independent.
-- **integration tests**: their module. Module-scoped fixtures (a project built once, a server
-  a module shares) are then set up once, and the tests of a module keep their order. Two
-  modules may run at once on two workers: their servers cannot collide, since SeaweedFS and
-  PostgreSQL (the session fixtures of ``suites/integration/{data,tracking}/conftest.py``) take
-  free loopback ports and fresh temporary folders, and a session fixture is per worker, so a
-  run starts at most one server of each kind per worker (a few seconds each).
+- **integration tests**: their module when the module shares state between its tests (it
+  defines a module-, class- or package-scoped fixture: a project built once, a run whose
+  results several tests check), so that state is built once and its tests stay together;
+  otherwise the test itself, like a unit test. The slowest integration modules (the flake
+  hunter's, the pull-request mode's: a few pytest processes per test) share nothing, and one
+  worker running all of them in turn would be the run's long pole. Tests on two workers
+  cannot collide: SeaweedFS and PostgreSQL (the session fixtures of
+  ``suites/integration/{data,tracking}/conftest.py``) take free loopback ports and fresh
+  temporary folders, and a session fixture is per worker, so a run starts at most one server
+  of each kind per worker (a few seconds each).
 - **distributed tests**: one shared unit, on one worker, in collection order. Each test starts
   a multi-process torch.distributed (gloo) group of 2-8 processes that busy-wait on each other;
   two such groups at once on a 2-core runner would multiply the oversubscription and push
@@ -25,6 +29,10 @@ pytest cannot run. xdist's documented extension point, a ``LoadScopeScheduling``
 
 from __future__ import annotations
 
+import ast
+import functools
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,16 +45,44 @@ MODULE_TIERS = ("integration",)
 
 SERIAL_GROUP = "harness-serial-tiers"
 
+_SHARED_SCOPES = ("module", "class", "package")
 
-def work_unit(nodeid: str, suites_dir: str = "suites") -> str:
-    """The scheduling unit of a test: the shared group for the serial tiers, the module for
-    the module tiers, else the test itself."""
+
+def shares_state(path: Path) -> bool:
+    """Whether a test module defines a fixture wider than one test: a call with
+    ``scope="module"`` (or class, package) in its code, as ``@pytest.fixture(scope=...)`` is;
+    a string that merely spells one (a test project written by the test) does not count.
+    Unreadable or unparsable counts as sharing: grouping is the safe side."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return True
+    return any(
+        isinstance(node, ast.Call)
+        and any(
+            kw.arg == "scope"
+            and isinstance(kw.value, ast.Constant)
+            and kw.value.value in _SHARED_SCOPES
+            for kw in node.keywords
+        )
+        for node in ast.walk(tree)
+    )
+
+
+def work_unit(
+    nodeid: str,
+    suites_dir: str = "suites",
+    module_shares_state: Callable[[str], bool] = lambda module: True,
+) -> str:
+    """The scheduling unit of a test: the shared group for the serial tiers; for the module
+    tiers, the module when ``module_shares_state(module path)``, else the test; else the test
+    itself."""
     module = nodeid.split("::", 1)[0]
     parts = module.split("/")
     if len(parts) > 2 and parts[0] == suites_dir:
         if parts[1] in SERIAL_TIERS:
             return SERIAL_GROUP
-        if parts[1] in MODULE_TIERS:
+        if parts[1] in MODULE_TIERS and module_shares_state(module):
             return module
     return nodeid
 
@@ -58,10 +94,15 @@ class XdistScheduling:
         from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
         suites_dir = str(config.getini("harness_suites_dir")).strip("/") or "suites"
+        root = config.rootpath
+
+        @functools.cache
+        def module_shares_state(module: str) -> bool:
+            return shares_state(root / module)
 
         class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
             def _split_scope(self, nodeid: str) -> str:
-                return work_unit(nodeid, suites_dir)
+                return work_unit(nodeid, suites_dir, module_shares_state)
 
         return TierScheduling(config, log)
 

@@ -1,8 +1,8 @@
 """`harness ci` in pull-request mode from the outside: a git project, a change, what runs.
 
 Also the xdist scheduling it uses (harness.xdist_groups): the distributed tier on one worker,
-an integration module on one worker, node ids (and so seeds, quarantine and reproduce lines)
-untouched.
+an integration module with a module-scoped fixture on one worker, node ids (and so seeds,
+quarantine and reproduce lines) untouched.
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ RECORD = """
         with open(os.environ["RUN_LOG"], "a") as f:
             f.write(json.dumps({"nodeid": request.node.nodeid, "seed": seed,
                                 "worker": os.environ.get("PYTEST_XDIST_WORKER")}) + "\\n")
+"""
+
+
+MODULE_FIXTURE = """
+        @pytest.fixture(scope="module")
+        def shared():
+            pass
 """
 
 
@@ -70,7 +77,8 @@ def test_distributed_tests_share_one_worker_and_integration_tests_their_modules_
         {
             "comp_a.py": "VALUE = 1\n",
             "suites/unit/test_u.py": _test_file("comp_a", 6),
-            "suites/integration/test_i.py": _test_file("comp_a", 3),
+            # A module-scoped fixture: its module is one unit of work, on one worker.
+            "suites/integration/test_i.py": _test_file("comp_a", 3) + MODULE_FIXTURE,
             "suites/distributed/test_d1.py": _test_file("comp_a", 2),
             "suites/distributed/test_d2.py": _test_file("comp_a", 2),
         }

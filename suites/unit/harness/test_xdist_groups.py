@@ -1,10 +1,10 @@
-"""The xdist scheduling unit of each test (harness.xdist_groups.work_unit): pure, no workers."""
+"""The xdist scheduling unit of each test (harness.xdist_groups.work_unit): no workers started."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.xdist_groups import SERIAL_GROUP, work_unit
+from harness.xdist_groups import SERIAL_GROUP, shares_state, work_unit
 
 
 @pytest.mark.parametrize(
@@ -19,11 +19,46 @@ def test_unit_property_and_gpu_tests_are_scheduled_one_test_at_a_time(nodeid: st
     assert work_unit(nodeid) == nodeid
 
 
-def test_integration_tests_are_scheduled_a_module_at_a_time() -> None:
-    first = work_unit("suites/integration/data/test_s3.py::test_a[1]")
-    assert first == work_unit("suites/integration/data/test_s3.py::TestC::test_b")
+def test_an_integration_module_that_shares_state_is_scheduled_as_one_unit() -> None:
+    def shares(module: str) -> bool:
+        return module == "suites/integration/data/test_s3.py"
+
+    first = work_unit("suites/integration/data/test_s3.py::test_a[1]", "suites", shares)
+    assert first == work_unit("suites/integration/data/test_s3.py::TestC::test_b", "suites", shares)
     assert first == "suites/integration/data/test_s3.py"
-    assert first != work_unit("suites/integration/data/test_local.py::test_a[1]")
+    # A module that shares nothing is spread one test at a time, like the unit tier.
+    other = "suites/integration/data/test_local.py::test_a[1]"
+    assert work_unit(other, "suites", shares) == other
+
+
+def test_without_a_way_to_tell_an_integration_module_is_one_unit() -> None:
+    assert work_unit("suites/integration/x/test_y.py::test_a") == "suites/integration/x/test_y.py"
+
+
+@pytest.mark.parametrize(
+    ("source", "shared"),
+    [
+        ('@pytest.fixture(scope="module")\ndef run():\n    pass\n', True),
+        ("@pytest.fixture(scope = 'class')\ndef run():\n    pass\n", True),
+        ('@pytest.fixture(scope="package")\ndef run():\n    pass\n', True),
+        ("@pytest.fixture\ndef run(tmp_path):\n    pass\n", False),
+        ('@pytest.fixture(scope="function")\ndef run():\n    pass\n', False),
+        # A test project the test writes out is not this module's own fixture.
+        ('PROJECT = """\n@pytest.fixture(scope="module")\ndef run():\n    pass\n"""\n', False),
+    ],
+)
+def test_a_module_shares_state_when_it_defines_a_fixture_wider_than_a_test(
+    tmp_path, source: str, shared: bool
+) -> None:
+    path = tmp_path / "test_m.py"
+    path.write_text("import pytest\n\n" + source)
+    assert shares_state(path) is shared
+
+
+def test_an_unreadable_or_unparsable_module_counts_as_sharing_state(tmp_path) -> None:
+    assert shares_state(tmp_path / "gone.py") is True
+    (tmp_path / "broken.py").write_text("def (:\n")
+    assert shares_state(tmp_path / "broken.py") is True
 
 
 def test_every_distributed_test_shares_one_unit_across_modules_and_components() -> None:
