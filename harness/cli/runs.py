@@ -268,8 +268,8 @@ Steps, in order (each one runs even when an earlier one failed, so one run shows
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
 Modes: --pr (default) selects from the files changed since --changed-since REF (default
 origin/main, else main) and the import graph; a change to harness/plugin.py, a conftest.py,
-the lock files or pyproject.toml selects everything. --full runs every test and benchmark (main and
-nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
+the lock files or pyproject.toml selects everything. --full runs every test and benchmark
+(main and nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
 """,
 )
 @click.option(
