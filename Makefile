@@ -1,7 +1,9 @@
 # The two commands of the quickstart, and their friends.
 #   make run    the main job: `harness ci` (pull-request mode: only the tests and benchmarks the
 #               change since main reaches; make run CI_ARGS=--full for every one)
-#   make test   lint, format and type checks, then the full CPU test run (what .ci/run calls)
+#   make test   lint, format and type checks, then the full CPU test run (what .ci/run calls),
+#               on one xdist worker per core
+#   make test-under-load   make test with LOAD busy loops beside it (default 2)
 # Each builds .venv from requirements/cpu.lock first when it is missing or older than the lock
 # or pyproject.toml, so on a fresh machine either is the only command needed.
 SHELL := /bin/bash
@@ -14,12 +16,19 @@ STAMP := $(VENV)/.harness-installed
 ARGS ?=
 # Extra arguments for `harness ci` in `make run`, e.g. make run CI_ARGS="--full --no-perf".
 CI_ARGS ?=
+# xdist workers for `make test`: one per core this machine has (WORKERS=0: one process, no
+# xdist). harness.xdist_groups keeps the distributed tier on one worker, and an integration
+# module with a module-scoped fixture on one (docs/harness.md, "Parallel runs").
+WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+# Busy loops `make test-under-load` runs beside the tests.
+LOAD ?= 2
 
-.PHONY: run test lint venv lock clean help
+.PHONY: run test test-under-load lint venv lock clean help
 
 help:
 	@echo "make run     the main job: harness ci, what the change reaches (CI_ARGS=--full: all)"
 	@echo "make test    make lint, then the full CPU test run (what .ci/run calls); ARGS='...' adds pytest args"
+	@echo "make test-under-load   make test beside LOAD busy loops (default 2): no test may need a quiet machine"
 	@echo "make lint    ruff (lint and format check) and mypy, as make test runs them"
 	@echo "make venv    build .venv from $(LOCK) if it is missing or stale"
 	@echo "make lock    regenerate requirements/*.lock from requirements/cpu.in"
@@ -42,11 +51,23 @@ run: $(STAMP)
 
 # Lint, format and types gate the tests: a style or type error fails `make test` (and so
 # .ci/run) before any test runs. pytest's exit code 5 means nothing was collected: a test run
-# that ran nothing must not pass.
+# that ran nothing must not pass (under xdist too: the controller exits 5 when no worker
+# collected anything). The seed is drawn once by the controller and handed to every worker, so
+# one seed replays the whole run, printed in the header.
+XDIST_ARGS := $(if $(filter 0,$(WORKERS)),,-p harness.xdist_groups --numprocesses=$(WORKERS))
 test: $(STAMP) lint
-	@rc=0; $(PY) -m pytest $(ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest $(XDIST_ARGS) $(ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "!! pytest collected no tests (exit 5): failing the run" >&2; fi; \
 	exit $$rc
+
+# make test with LOAD busy loops running beside it, as on a shared runner whose other jobs
+# keep the cores busy: no test may depend on the machine being quiet. The loops are started
+# here and ended here by their process ids, whatever the outcome.
+test-under-load: $(STAMP)
+	@pids=(); for _ in $$(seq $(LOAD)); do bash -c 'while :; do :; done' & pids+=($$!); done; \
+	trap 'kill $${pids[*]} 2>/dev/null' EXIT; \
+	echo ">> $(LOAD) busy loop(s) running beside the tests (PIDs $${pids[*]})"; \
+	$(MAKE) --no-print-directory test
 
 # Lint, format and types: the configuration is in pyproject.toml ([tool.ruff], [tool.mypy]).
 lint: $(STAMP)

@@ -36,6 +36,15 @@ class Plan:
     branch); the perf step takes its baseline from the same ref."""
 
 
+def xdist_args(workers: str) -> tuple[str, ...]:
+    """pytest arguments for ``workers`` xdist workers (``auto``: one per core; ``0``: none),
+    scheduled by :mod:`harness.xdist_groups`. The full run uses them too: it is the same
+    suite, only more of it."""
+    if workers in ("0", ""):
+        return ()
+    return ("-p", "harness.xdist_groups", f"--numprocesses={workers}")
+
+
 def _resolves(root: Path, ref: str) -> bool:
     proc = subprocess.run(
         ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
@@ -74,6 +83,7 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     if not refs:
         return Plan(
             selection=None,
+            pytest_args=xdist_args(workers),
             note="pull-request mode fell back to the full run: no base branch to compare "
             f"with (neither origin/HEAD nor any of {', '.join(DEFAULT_BASE_REFS)} exists; "
             "pass --changed-since REF)",
@@ -86,6 +96,7 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
             raise
         return Plan(
             selection=None,
+            pytest_args=xdist_args(workers),
             note=f"pull-request mode fell back to the full run: {exc}",
             base_ref=refs[0],
         )
@@ -94,6 +105,7 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
         # that selected nothing would pass without checking anything, so test everything.
         return Plan(
             selection=None,
+            pytest_args=xdist_args(workers),
             note=f"pull-request mode fell back to the full run: nothing changed since "
             f"{refs[0]} ({base[:10]}), so there is no change to select from",
             base_ref=refs[0],
@@ -103,11 +115,7 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
     except _layout.LayoutError as exc:
         raise _selection.SelectionError(str(exc)) from None
     sel = _selection.select(root, changed, base=base, layout=layout)
-    xdist = (
-        ("-p", "harness.xdist_groups", f"--numprocesses={workers}")
-        if workers not in ("0", "")
-        else ()
-    )
+    xdist = xdist_args(workers)
     note = f"pull-request mode: {len(changed)} file(s) changed since {refs[0]} ({base[:10]}); "
     if sel.everything:
         return Plan(

@@ -17,11 +17,19 @@ coverage-based selection such as pytest-testmon):
 - A changed non-Python file inside a package (``reference_impls/training/tiny.toml``) counts as
   a change to that package. A changed golden file (``suites/goldens/<tier>/<path>.json``)
   selects the test file it belongs to.
-- Some changes reach every test, so they select everything: the harness itself (``harness/``:
-  the plugin runs in every test), any ``conftest.py``, ``pyproject.toml``, the lock files and
-  anything else under ``requirements/``, ``quarantine.toml``, and every file this module cannot
-  place (the workflows, the Makefile, a new top-level folder). Only documentation (``docs/``,
-  ``*.md``) and benchmark-only files are known to reach no test.
+- Some changes reach every test, so they select everything (:data:`ALWAYS_EVERYTHING` says why
+  for each): the plugin's entry module ``harness/plugin.py``, any ``conftest.py``,
+  ``pyproject.toml``, the lock files and anything else under ``requirements/``,
+  ``quarantine.toml``, and every file this module cannot place (the workflows, the Makefile, a
+  new top-level folder). Only documentation (``docs/``, ``*.md``) and benchmark-only files are
+  known to reach no test.
+- The rest of ``harness/`` is selected module by module: a file that runs pytest itself (the
+  ``pytester`` fixture, ``"pytest"`` in a string handed to a subprocess) depends on the
+  plugin's entry module, and so on every module the plugin imports. A change to
+  ``harness/quarantine.py`` thus runs the tests that import it and those that run the plugin
+  on a project of their own, not every test merely run under the plugin: those still run it
+  (a plugin that breaks fails them too), and the full tier jobs beside the pull-request job
+  run every test.
 - Benchmarks are selected on a finer graph, since what a change can move is the time of the
   code a benchmark calls, not whether its imports succeed (the tests see that): ``from pkg
   import name`` depends on the module that defines ``name``, followed through the
@@ -62,13 +70,30 @@ __all__ = [
 ]
 
 ALWAYS_EVERYTHING = (
-    "harness/",
+    # The plugin's entry module (pyproject's pytest11 entry point): pytest loads it into every
+    # run, and its hooks seed, time, judge and report every test, so any test's outcome can
+    # follow a change to it while no test imports it.
+    "harness/plugin.py",
+    # The lock files: a new version of any dependency can change any test.
     "requirements/",
+    # pytest's configuration (addopts, markers, filterwarnings, strictness) and the harness's
+    # (tiers, budgets) apply to every test, as do the installed dependencies it declares.
     "pyproject.toml",
+    # Every test's verdict is looked up in it, and a stale entry is only found by running its
+    # test; an entry may name any test.
     "quarantine.toml",
+    # pytest loads a conftest.py into every test below it: its fixtures, hooks and module-level
+    # code (suites/conftest.py switches on Triton's interpreter for everything).
     "conftest.py",
 )
-"""Path prefixes (a bare file name matches in any folder) whose change runs every test."""
+"""Paths whose change runs every test: a folder (ending in ``/``) covers what is under it, a
+bare file name matches in any folder, any other path matches itself. The rest of ``harness/``
+is selected module by module like any other code: the tests that import a module, or run the
+plugin that imports it (:data:`PLUGIN_ENTRY`), are the ones it can reach."""
+
+PLUGIN_ENTRY = "harness.plugin"
+"""The plugin's entry module. Besides the tests that import it, every file that runs pytest
+itself depends on it (:func:`_runs_pytest`): a pytester test, a ``python -m pytest`` child."""
 
 _NO_TESTS = ("docs/",)
 _SKIP_DIRS = {".git", ".venv", "venv", ".asv", "reports", "mutants", "node_modules", "build"}
@@ -174,6 +199,7 @@ class ImportGraph:
             for folder in PurePosixPath(file).parents:
                 if conftests.get(folder, module) != module:
                     self.imports[module].add(conftests[folder])
+        _plugin_edges(self, self.imports)
 
     @staticmethod
     def _python_files(root: Path) -> Iterable[Path]:
@@ -330,6 +356,7 @@ class ImportGraph:
         of the benchmarks' graph (:meth:`_imports_of` with ``timing``)."""
         if self._perf is None:
             self._perf = {name: self._imports_of(name, timing=True) for name in self.files}
+            _plugin_edges(self, self._perf)  # a benchmark that times pytest with the plugin
         return _reverse_closure(self._perf, changed)
 
     def _sibling(self, folder: str, name: str) -> set[str]:
@@ -384,11 +411,83 @@ _DEFAULT_LAYOUT = _layout.Layout(rootdir=Path("."))
 
 def _everything_reason(path: str) -> str | None:
     for prefix in ALWAYS_EVERYTHING:
-        if (prefix.endswith("/") and path.startswith(prefix)) or (
-            "/" not in prefix and PurePosixPath(path).name == prefix
+        if (
+            (prefix.endswith("/") and path.startswith(prefix))
+            or ("/" not in prefix and PurePosixPath(path).name == prefix)
+            or path == prefix
         ):
             return f"{path} changed, and {prefix} reaches every test"
     return None
+
+
+def _runs_pytest(tree: ast.Module | None, fixtures: set[str]) -> bool:
+    """Whether a file runs pytest itself, and so the plugin, which no import of it names: it
+    takes one of ``fixtures`` (``pytester``, or a conftest fixture built on it) as a parameter,
+    names ``pytester`` in a string (``request.getfixturevalue("pytester")``), or names the
+    ``pytest`` module in one (``[sys.executable, "-m", "pytest", ...]``). A conftest fixture's
+    name in a string is not enough: ``"project"`` is more often a word than a fixture."""
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            # Only a test or a fixture requests fixtures: a helper's ``project`` parameter is
+            # its own (``pytester`` is unambiguous anywhere).
+            requests = node.name.startswith("test") or any(
+                "fixture" in ast.unparse(d) for d in node.decorator_list
+            )
+            if _params(node) & (fixtures if requests else {"pytester"}):
+                return True
+        if isinstance(node, ast.Constant) and node.value in ("pytest", "pytester"):
+            return True
+    return False
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    return {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+
+
+def _pytest_fixtures(graph: ImportGraph, conftests: set[str]) -> dict[PurePosixPath, set[str]]:
+    """Per conftest folder, the fixtures it defines that run pytest: those that take
+    ``pytester``, directly or through another such fixture (``project(pytester, ...)`` in
+    suites/conftest.py)."""
+    known = {"pytester"}
+    functions: list[tuple[PurePosixPath, ast.FunctionDef | ast.AsyncFunctionDef]] = [
+        (PurePosixPath(graph.files[module]).parent, node)
+        for module in sorted(conftests)
+        if (tree := graph._trees.get(module)) is not None
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    out: dict[PurePosixPath, set[str]] = defaultdict(set)
+    grew = True
+    while grew:
+        grew = False
+        for folder, fn in functions:
+            if fn.name not in out[folder] and _params(fn) & (known | out[folder]):
+                out[folder].add(fn.name)
+                known.add(fn.name)
+                grew = True
+    return out
+
+
+def _plugin_edges(graph: ImportGraph, imports: Mapping[str, set[str]]) -> None:
+    """Add an edge to :data:`PLUGIN_ENTRY` from every module that runs pytest itself.
+
+    A conftest file gets none of its own: every file below it depends on it, so its edge would
+    select every test. Its fixtures that run pytest count in the files below it that request
+    them (a parameter of the same name elsewhere, ``project`` in a library, is not one)."""
+    if PLUGIN_ENTRY not in graph.files:
+        return  # the project under test is not the harness (it is installed, not changed)
+    conftests = {m for m, f in graph.files.items() if PurePosixPath(f).name == "conftest.py"}
+    by_folder = _pytest_fixtures(graph, conftests)
+    for module, tree in graph._trees.items():
+        if module == PLUGIN_ENTRY or module in conftests:
+            continue
+        fixtures = {"pytester"}
+        for folder in PurePosixPath(graph.files[module]).parents:
+            fixtures |= by_folder.get(folder, set())
+        if _runs_pytest(tree, fixtures):
+            imports[module].add(PLUGIN_ENTRY)
 
 
 def select(

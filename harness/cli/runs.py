@@ -267,17 +267,18 @@ def run_command(
 Steps, in order (each one runs even when an earlier one failed, so one run shows everything):
   1. env check      installed distributions vs the lock file
   2. cpu tiers      unit, property, integration, distributed (one pytest run); in
-                    pull-request mode (the default) only the test files the change reaches,
-                    on N xdist workers, integration and distributed on one of them
+                    pull-request mode (the default) only the test files the change reaches;
+                    on N xdist workers (--workers), the distributed tier on one of them
   3. gpu tier       when CUDA is present; otherwise reported as skipped with the reason
   4. perf gate      asv benchmarks vs the baseline (harness perf), unless --no-perf; in
                     pull-request mode only the benchmark files the change reaches
   5. report         REPORT_DIR/summary.md (+ $GITHUB_STEP_SUMMARY), per-step reports below it
 Modes: --pr (default) selects from the files changed since --changed-since REF (default: the
 default branch: origin/HEAD, else origin/main, origin/master, main, master) and the import
-graph; a change to a conftest.py, the configuration or a module no test imports selects
-everything. The perf gate's baseline comes from the same REF. --full runs every test and
-benchmark (main and nightly). Selection details: REPORT_DIR/selection.json and docs/harness.md.
+graph; a change to harness/plugin.py, a conftest.py, the configuration, the lock files or a
+module no test imports selects everything. The perf gate's baseline comes from the same REF.
+--full runs every test and benchmark (main and nightly). Selection details:
+REPORT_DIR/selection.json and docs/harness.md.
 """,
 )
 @click.option(
@@ -320,7 +321,7 @@ benchmark (main and nightly). Selection details: REPORT_DIR/selection.json and d
     metavar="N|auto",
     default="auto",
     show_default=True,
-    help="pytest-xdist workers in --pr mode (0: no xdist).",
+    help="pytest-xdist workers, in either mode (0: no xdist).",
 )
 def ci_command(
     report_dir: Path,
@@ -345,6 +346,7 @@ def ci_command(
         seed = _check_seed(seed)
         plan = _prmode.Plan(
             selection=None,
+            pytest_args=_prmode.xdist_args(workers),
             note="full run (--full): every test and benchmark",
             base_ref=changed_since,
         )

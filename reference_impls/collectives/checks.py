@@ -13,7 +13,9 @@ rebuild every rank's input and compute the reference with NumPy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime as dt
 import hashlib
 import os
 import time
@@ -39,6 +41,7 @@ __all__ = [
     "make_input",
     "mismatch_errors",
     "peer_exits",
+    "SILENT_PEER_CAP_S",
     "peer_goes_silent",
     "self_check",
 ]
@@ -196,15 +199,31 @@ def mismatch_errors(rank: int, world_size: int, device: str = "cpu") -> dict[str
     return out
 
 
+SILENT_PEER_CAP_S = 120.0
+"""How long a silent peer of :func:`peer_goes_silent` waits at most for rank 0 to let it go."""
+
+_SILENT_PEER_RELEASED = "checks/silent-peer-released"
+
+
 def peer_goes_silent(
     rank: int, world_size: int, timeout_s: float, check_metadata: bool
 ) -> tuple[str, str, float] | None:
     """Every rank but 0 stays alive without calling the ring; rank 0 must get an error in time.
 
+    The silent ranks wait, on the rendezvous store (not on the ring's connections), until rank
+    0 has its answer, so the error rank 0 gets can only come from its own timeout: no peer
+    closes its socket first, however slowly a loaded machine runs rank 0. Without a working
+    timeout they give up after :data:`SILENT_PEER_CAP_S` and exit, and rank 0 then fails on
+    the closed connection, about that long after it started.
+
     Returns, on rank 0, (exception type name, message, seconds until it was raised).
     """
+    store = dist.distributed_c10d._get_default_store()
     if rank != 0:
-        time.sleep(3 * timeout_s)  # alive but silent: a hung peer, not a closed socket
+        # Alive but silent: a hung peer, not a closed socket. A DistStoreError (a
+        # RuntimeError) means the cap passed without rank 0 getting its answer.
+        with contextlib.suppress(RuntimeError):
+            store.wait([_SILENT_PEER_RELEASED], dt.timedelta(seconds=SILENT_PEER_CAP_S))
         return None
     start = time.perf_counter()
     try:
@@ -212,8 +231,11 @@ def peer_goes_silent(
             torch.ones(1000), config=RingConfig(timeout_s=timeout_s, check_metadata=check_metadata)
         )
     except RingPeerError as exc:
-        return type(exc).__name__, str(exc), time.perf_counter() - start
-    return "no error", "", time.perf_counter() - start
+        result = type(exc).__name__, str(exc), time.perf_counter() - start
+    else:
+        result = "no error", "", time.perf_counter() - start
+    store.set(_SILENT_PEER_RELEASED, "1")
+    return result
 
 
 def peer_exits(rank: int, world_size: int) -> tuple[str, str, float]:

@@ -232,12 +232,12 @@ def test_a_server_that_stays_down_gives_a_clear_error_after_bounded_retries(
         s3=s3_config_for(s3_server, dead_endpoint, connect_timeout_s=1), retry=FAST_RETRY
     )
     ds = ShardedDataset(url, config, manifest=manifest)
-    started = time.monotonic()
+    # Bounded is shown by the count, not the clock: the give-up names FAST_RETRY's 4 attempts
+    # (a wall-clock bound would also trip on a loaded runner, proving nothing more).
     with pytest.raises(ShardReadError, match=r"gave up after 4 consecutive attempts") as err:
         list(ds)
     assert f"{url}/shard-" in str(err.value)
     assert f"(endpoint {dead_endpoint})" in str(err.value)
-    assert time.monotonic() - started < 10
 
 
 def test_a_server_killed_and_restarted_mid_epoch_does_not_disturb_the_epoch(

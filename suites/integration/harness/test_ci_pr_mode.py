@@ -1,7 +1,8 @@
 """`harness ci` in pull-request mode from the outside: a git project, a change, what runs.
 
-Also the xdist scheduling it uses (harness.xdist_groups): the integration and distributed
-tiers on one worker, node ids (and so seeds, quarantine and reproduce lines) untouched.
+Also the xdist scheduling it uses (harness.xdist_groups): the distributed tier on one worker,
+an integration module with a module-scoped fixture on one worker, node ids (and so seeds,
+quarantine and reproduce lines) untouched.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ RECORD = """
         with open(os.environ["RUN_LOG"], "a") as f:
             f.write(json.dumps({"nodeid": request.node.nodeid, "seed": seed,
                                 "worker": os.environ.get("PYTEST_XDIST_WORKER")}) + "\\n")
+"""
+
+
+MODULE_FIXTURE = """
+        @pytest.fixture(scope="module")
+        def shared():
+            pass
 """
 
 
@@ -62,24 +70,29 @@ def logged(project, pytester, monkeypatch):
     return rows
 
 
-def test_integration_and_distributed_tests_share_one_worker_with_their_node_ids_intact(
+def test_distributed_tests_share_one_worker_and_integration_tests_their_modules_node_ids_intact(
     project, pytester, logged
 ):
     project(
         {
             "comp_a.py": "VALUE = 1\n",
             "suites/unit/test_u.py": _test_file("comp_a", 6),
-            "suites/integration/test_i.py": _test_file("comp_a", 3),
-            "suites/distributed/test_d.py": _test_file("comp_a", 2),
+            # A module-scoped fixture: its module is one unit of work, on one worker.
+            "suites/integration/test_i.py": _test_file("comp_a", 3) + MODULE_FIXTURE,
+            "suites/distributed/test_d1.py": _test_file("comp_a", 2),
+            "suites/distributed/test_d2.py": _test_file("comp_a", 2),
         }
     )
     result = pytester.runpytest_subprocess(
         "-p", "harness.xdist_groups", "-n", "2", "--harness-seed=11", "--harness-json=r.json"
     )
-    result.assert_outcomes(passed=11)
+    result.assert_outcomes(passed=13)
     rows = logged()
-    serial = {r["worker"] for r in rows if "/unit/" not in r["nodeid"]}
-    assert len(serial) == 1, rows  # all five on one worker
+    distributed = [r for r in rows if "/distributed/" in r["nodeid"]]
+    assert len({r["worker"] for r in distributed}) == 1, rows  # both modules on one worker
+    # ... one after the other, in collection order (no two gloo groups at once).
+    assert [r["nodeid"] for r in distributed] == sorted(r["nodeid"] for r in distributed)
+    assert len({r["worker"] for r in rows if "/integration/" in r["nodeid"]}) == 1, rows
     assert all("@" not in r["nodeid"] for r in rows)
     assert all(r["seed"] == node_seed(11, r["nodeid"]) for r in rows)
     report = json.loads((pytester.path / "r.json").read_text())
@@ -129,7 +142,9 @@ def test_pr_mode_runs_what_a_change_reaches_nothing_for_no_change_and_all_for_th
     result, selection = _ci(pytester)
     assert result.ret == 0, result.stdout.str()
     assert selection["full_run"] and "nothing changed since main" in selection["note"]
-    assert len(logged()) == 7
+    assert "--numprocesses=2" in selection["pytest_args"]  # the full run is parallel too
+    rows = logged()
+    assert len(rows) == 7 and all(r["worker"] for r in rows)
 
     # A documentation-only change reaches no test: skipped, and said so.
     (root / "NOTES.md").write_text("notes\n")

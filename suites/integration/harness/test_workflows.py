@@ -5,8 +5,8 @@ zizmor, all offline. Consistency: every remote action is pinned to a commit SHA,
 that needs the network is mapped in .actrc to a committed no-op stub and skipped under act.
 Dynamic: act in host mode (no Docker) runs a throwaway workflow to prove that a failing step is
 seen as a failed job, then runs ci.yml's sharded unit+property jobs and their merge exactly as
-.actrc configures them and requires ``jobResult == "success"`` (act exits 0 for skipped jobs
-too, so the exit code is not enough).
+.actrc configures them, on a tiny project of eight tests, and requires ``jobResult ==
+"success"`` (act exits 0 for skipped jobs too, so the exit code is not enough).
 
 The tools come with requirements/cpu.lock; docs/ci.md gives the same commands to run by hand.
 """
@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -43,10 +43,11 @@ CI_JOBS = {
 }
 NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation"}
 
-# act copies every non-ignored file of the working tree and builds a fresh .venv in it (about
-# 40 s) per job, then runs half of the unit and property tiers in each shard job, both at once
-# on this machine's cores, then the merge job; the jobs' own timeout-minutes are 30 and 20.
-SHARDED_JOBS_TIMEOUT_S = 50 * 60
+# act copies the tiny project per job and links the venv, then each shard job starts `harness
+# env check` and pytest (a few seconds each on an idle machine, both at once); the merge job
+# follows. 10 minutes is ~20x that, room for a runner at load 7, and still well under the jobs'
+# own timeout-minutes (30 and 20), which a hang would otherwise run into.
+SHARDED_JOBS_TIMEOUT_S = 10 * 60
 
 # act launched from inside act (ACT=true) would run this very test again, without end.
 under_act = pytest.mark.skipif(
@@ -326,47 +327,116 @@ def test_act_sees_a_failing_step_as_a_failed_job(tmp_path: Path) -> None:
     assert results == {"passes": "success", "fails": "failure"}, output_of(proc)
 
 
-@under_act
-def test_the_sharded_unit_and_property_jobs_and_their_merge_pass_under_act() -> None:
-    """ci.yml's two unit+property shards and their merge, run by act as .actrc configures it:
-    each shard job in its own copy of the working tree (act copies what .gitignore does not
-    exclude), building .venv from the lock, checking it and running its half of the two tiers
-    through `harness run --shard`; the merge job then merges both shards' reports, handed over
-    through ACT_SHARDS_DIR (act has no artifact store offline), and gates on them."""
-    # The host workspaces hold a whole venv each (~1.7 GB): a temporary folder removed
-    # afterwards, whatever the outcome (act keeps a failed job's workspace).
-    with tempfile.TemporaryDirectory(prefix="act-shards-") as cache:
-        shards_dir = Path(cache) / "artifacts"
-        proc = run(
-            [
-                tool("act"),
-                "push",
-                "-j",
-                "unit-property-merge",
-                "--json",
-                "--action-cache-path",
-                cache,
-                "--env",
-                f"ACT_SHARDS_DIR={shards_dir}",
-            ],
-            env=act_env(),
-            timeout=SHARDED_JOBS_TIMEOUT_S,
-        )
-        events = act_events(proc.stdout)
-        finished = [
-            (event["jobID"], event["jobResult"]) for event in events if "jobResult" in event
-        ]
-        assert sorted(finished) == [
-            ("unit-property", "success"),
-            ("unit-property", "success"),
-            ("unit-property-merge", "success"),
-        ], job_log(events, "unit-property") + "\n" + job_log(events, "unit-property-merge")
+SHARDED_JOBS = ("unit-property", "unit-property-merge")
+
+# The tiny project the sharded jobs run on: a few unit and property tests whose node ids the
+# shards must split between them, with no test in both and none in neither.
+TINY_TESTS = {
+    "suites/unit/test_tiny.py": """
+        import pytest
+
+
+        @pytest.mark.parametrize("n", range(6))
+        def test_a_number_is_its_own_square_root_squared(n):
+            assert round((n**0.5) ** 2) == n
+    """,
+    "suites/property/test_tiny_properties.py": """
+        from hypothesis import given, strategies as st
+
+
+        @given(st.lists(st.integers()))
+        def test_sorting_twice_changes_nothing(xs):
+            assert sorted(sorted(xs)) == sorted(xs)
+
+
+        @given(st.text())
+        def test_utf8_round_trips(s):
+            assert s.encode().decode() == s
+    """,
+}
+
+
+def sharded_jobs_project(repo: Path) -> None:
+    """A git repository with ci.yml's sharded jobs, verbatim, over a handful of tests.
+
+    The jobs' steps are the real ones (taken from .github/workflows/ci.yml, with the
+    workflow's env and defaults), and so are .actrc, the act stubs, the lock `harness env
+    check` compares with, and the harness itself. Only what the steps act on is small: the
+    tests, and `make venv`, which links this run's venv (built from the same lock) instead of
+    building a 1.7 GB copy per job."""
+    workflow = load_workflow(WORKFLOWS / "ci.yml")
+    jobs = {name: workflow["jobs"][name] for name in SHARDED_JOBS}
+    top = {key: workflow[key] for key in ("permissions", "env", "defaults") if key in workflow}
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "ci.yml").write_text(
+        "name: ci\non: push\n" + yaml.safe_dump({**top, "jobs": jobs}, sort_keys=False),
+        encoding="utf-8",
+    )
+    shutil.copy(ACTRC, repo / ".actrc")
+    shutil.copytree(STUBS, repo / ".github" / "act-stubs")
+    (repo / "requirements").mkdir()
+    shutil.copy(ROOT / "requirements" / "cpu.lock", repo / "requirements" / "cpu.lock")
+    (repo / "Makefile").write_text(f"venv:\n\tln -sfn {sys.prefix} .venv\n", encoding="utf-8")
+    (repo / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["suites"]\n', encoding="utf-8"
+    )
+    (repo / ".gitignore").write_text(".venv\nreports/\n__pycache__/\n", encoding="utf-8")
+    for rel, src in TINY_TESTS.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(textwrap.dedent(src).lstrip(), encoding="utf-8")
+    git = ["git", "-c", "user.name=probe", "-c", "user.email=probe@example.invalid"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
+        proc = run([*git, *args], cwd=repo)
         assert proc.returncode == 0, output_of(proc)
-        reports = [
-            json.loads((shards_dir / f"shard-unit-property-{k}" / "report.json").read_text())
-            for k in (1, 2)
-        ]
+
+
+@under_act
+def test_the_sharded_unit_and_property_jobs_and_their_merge_pass_under_act(
+    tmp_path: Path,
+) -> None:
+    """ci.yml's two unit+property shards and their merge, run by act as .actrc configures it,
+    on a tiny project (sharded_jobs_project): each shard job in its own copy of the working
+    tree, checking the venv against the lock and running its part of the two tiers through
+    `harness run --shard`; the merge job then merges both shards' reports, handed over through
+    ACT_SHARDS_DIR (act has no artifact store offline), and gates on them. The split and the
+    merge do not depend on how many tests there are: the unit and property tiers themselves
+    run in the tier jobs and in `make test`, so running them again here proved nothing more."""
+    repo = tmp_path / "repo"
+    sharded_jobs_project(repo)
+    # act keeps a failed job's workspace: under tmp_path, removed with it.
+    cache = tmp_path / "act"
+    shards_dir = tmp_path / "artifacts"
+    proc = run(
+        [
+            tool("act"),
+            "push",
+            "-j",
+            "unit-property-merge",
+            "--json",
+            "--action-cache-path",
+            str(cache),
+            "--env",
+            f"ACT_SHARDS_DIR={shards_dir}",
+        ],
+        cwd=repo,
+        env=act_env(),
+        timeout=SHARDED_JOBS_TIMEOUT_S,
+    )
+    events = act_events(proc.stdout)
+    finished = [(event["jobID"], event["jobResult"]) for event in events if "jobResult" in event]
+    assert sorted(finished) == [
+        ("unit-property", "success"),
+        ("unit-property", "success"),
+        ("unit-property-merge", "success"),
+    ], job_log(events, "unit-property") + "\n" + job_log(events, "unit-property-merge")
+    assert proc.returncode == 0, output_of(proc)
+    reports = [
+        json.loads((shards_dir / f"shard-unit-property-{k}" / "report.json").read_text())
+        for k in (1, 2)
+    ]
     assert [(r["shard"]["index"], r["shard"]["total"]) for r in reports] == [(1, 2), (2, 2)]
     ran = [{t["nodeid"] for t in r["tests"]} for r in reports]
     assert ran[0] and ran[1] and not ran[0] & ran[1]
     assert ran[0] | ran[1] == set(reports[0]["shard"]["collected"])
+    assert len(ran[0] | ran[1]) == 8  # the tiny project's tests, every one in some shard
+    assert {r["seed"] for r in reports} == {reports[0]["seed"]}

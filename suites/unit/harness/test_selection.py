@@ -13,6 +13,7 @@ from harness import selection
 PROJECT = {
     "harness/__init__.py": "",
     "harness/tolerances.py": "X = 1\n",
+    "harness/plugin.py": "from harness import tolerances\n",
     "comp/__init__.py": "",
     "comp/ring/__init__.py": "from .schedule import plan\n",
     "comp/ring/schedule.py": "from comp.ring import simulation\n\ndef plan():\n    pass\n",
@@ -96,7 +97,7 @@ def test_data_files_select_their_package_their_folder_or_their_golden_owner(root
 @pytest.mark.parametrize(
     "path",
     [
-        "harness/tolerances.py",
+        "harness/plugin.py",
         "suites/conftest.py",
         "suites/unit/ring/conftest.py",
         "pyproject.toml",
@@ -174,6 +175,71 @@ def test_a_module_that_only_a_conftest_imports_selects_the_tests_under_that_conf
         "suites/integration/store/deep/test_get.py",
         "suites/integration/store/test_put.py",
     )
+
+
+# A harness of its own: the plugin imports one module, a library function takes a parameter
+# named like a fixture, and the tests run pytest in each of the ways a test can.
+PLUGIN_PROJECT = {
+    "harness/__init__.py": "",
+    "harness/plugin.py": "from harness import quarantine\n",
+    "harness/quarantine.py": "X = 1\n",
+    "harness/merge.py": "X = 1\n",
+    "comp/__init__.py": "",
+    "comp/store.py": "def open_store(project):\n    return project\n",
+    # pytest loads this for every test below suites/: a fixture built on pytester.
+    "suites/conftest.py": "import pytest\n\n@pytest.fixture\ndef project(pytester):\n"
+    "    return pytester\n",
+    "suites/unit/test_pytester.py": "def test_it(pytester):\n    pass\n",
+    "suites/unit/test_project_fixture.py": "def test_it(project):\n    pass\n",
+    "suites/integration/test_child_pytest.py": (
+        "import subprocess, sys\n"
+        "def test_it():\n"
+        "    subprocess.run([sys.executable, '-m', 'pytest', 'x'], check=False)\n"
+    ),
+    "suites/unit/test_imports_merge.py": "from harness import merge\n",
+    "suites/unit/test_store.py": "from comp import store\n",
+    "suites/unit/test_plain.py": "def test_it():\n    pass\n",
+    # A helper's parameter named like the fixture is not a request for it.
+    "suites/unit/test_helper_param.py": (
+        "def make(project='p'):\n    return project\n\ndef test_it():\n    assert make()\n"
+    ),
+    "suites/unit/test_fixture_on_project.py": (
+        "import pytest\n\n@pytest.fixture\ndef inner(project):\n    return project\n\n"
+        "def test_it(inner):\n    pass\n"
+    ),
+}
+
+
+def test_a_harness_module_selects_the_tests_that_import_it_or_run_the_plugin_on_a_project(
+    tmp_path,
+):
+    root = _write(tmp_path, PLUGIN_PROJECT)
+    sel = selection.select(root, ["harness/quarantine.py"])
+    assert not sel.everything, sel.reason
+    # The plugin imports quarantine; these four run pytest, so the plugin, themselves. A test
+    # merely run under the plugin is not selected, nor one whose library or helper takes a
+    # `project` parameter.
+    assert sel.tests == (
+        "suites/integration/test_child_pytest.py",
+        "suites/unit/test_fixture_on_project.py",
+        "suites/unit/test_project_fixture.py",
+        "suites/unit/test_pytester.py",
+    )
+    assert selection.select(root, ["harness/merge.py"]).tests == (
+        "suites/unit/test_imports_merge.py",
+    )
+    plugin = selection.select(root, ["harness/plugin.py"])
+    assert plugin.everything and "harness/plugin.py" in plugin.reason
+
+
+def test_the_plugin_entry_module_is_not_special_in_a_project_that_only_installs_the_harness(
+    tmp_path,
+):
+    # No harness/ in the project: its tests run the installed plugin, which no change here can
+    # touch, so running pytest adds no edge (and a `project` parameter selects nothing).
+    files = {k: v for k, v in PLUGIN_PROJECT.items() if not k.startswith("harness/")}
+    root = _write(tmp_path, files)
+    assert selection.select(root, ["comp/store.py"]).tests == ("suites/unit/test_store.py",)
 
 
 @pytest.mark.parametrize("ref", ["--fork-point", "-h", "--octopus"])
