@@ -77,9 +77,7 @@ def _backend(args: argparse.Namespace) -> Any:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from reference_impls.tracking.server import create_app
+    from reference_impls.tracking.server import create_app, serve
 
     backend = _backend(args)
     print(
@@ -87,7 +85,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         f"(db {args.db}, artifacts {args.artifacts})",
         file=sys.stderr,
     )
-    uvicorn.run(create_app(backend), host=args.host, port=args.port, log_level="info")
+    serve(create_app(backend), args.host, args.port, log_level="info")
     return 0
 
 

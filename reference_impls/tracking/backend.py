@@ -162,5 +162,13 @@ class EmbeddedBackend:
     def add_edges(self, edges: Iterable[tuple[str, str, str]]) -> None:
         self.meta.add_edges(edges)
 
-    def lineage(self, node: str, direction: str = "backward") -> Graph:
-        return lineage(self.meta, node, direction=direction)
+    def lineage(
+        self, node: str, direction: str = "backward", *, projects: Iterable[str] | None = None
+    ) -> Graph:
+        """The lineage graph; ``projects`` scopes it to what their members may see."""
+        return lineage(
+            self.meta,
+            node,
+            direction=direction,
+            projects=None if projects is None else set(projects),
+        )
