@@ -319,8 +319,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_store_paths(args: argparse.Namespace) -> None:
+    """--db and --artifacts checked before any command opens (or creates) them: a bad path is
+    a bad command line (exit 2), not a traceback from the driver or from mkdir."""
+    from reference_impls.tracking.artifacts import check_local_root
+    from reference_impls.tracking.db import check_sqlite_path
+
+    db = getattr(args, "db", None)
+    if db and "://" not in db:
+        check_sqlite_path(db)
+    elif db and db.startswith("sqlite:///"):
+        check_sqlite_path(db.removeprefix("sqlite:///"))
+    store = getattr(args, "artifacts", None)
+    if store and "://" not in store:
+        check_local_root(store)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "url", None):  # through a server, the local paths are not used
+        try:
+            _check_store_paths(args)
+        except TrackingError as exc:
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
     try:
         return int(args.func(args))
     except (TrackingError, ValueError) as exc:

@@ -25,6 +25,8 @@ from reference_impls.tracking.metadata import (
     MetricPoint,
     RunInfo,
     RunStatus,
+    check_artifact_kind,
+    check_text,
 )
 from reference_impls.tracking.query import SearchPage, search_runs
 
@@ -48,7 +50,7 @@ def check_artifact_name(name: str) -> str:
             f"artifact name {name!r} must be a relative path like 'checkpoints/best.pt' "
             "without '.', '..', empty parts, backslashes or NUL"
         )
-    return name
+    return check_text(name, "artifact name")
 
 
 class EmbeddedBackend:
@@ -124,6 +126,7 @@ class EmbeddedBackend:
     ) -> ArtifactRef:
         """Upload (or find) the bytes, then commit the reference (module docstring)."""
         name = check_artifact_name(name or Path(path).name)
+        check_artifact_kind(kind)  # before the bytes are stored: a refused call stores nothing
         if not Path(path).is_file():
             raise ArtifactError(f"{path} is not a file; log_artifact takes one file")
         intent: list[int] = []

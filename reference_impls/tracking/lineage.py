@@ -25,19 +25,31 @@ from sqlalchemy import select
 from reference_impls.tracking.errors import NotFoundError, TrackingError
 from reference_impls.tracking.schema import Artifact, LineageEdge, Project, Run
 
-__all__ = ["Graph", "check_node", "lineage"]
+__all__ = ["Graph", "check_node", "check_relation", "lineage"]
 
-NODE_RE = re.compile(r"[a-z][a-z0-9_]{0,31}:[^\s\"\\]{1,260}")
+# No NUL or lone surrogate either: neither is storable text on both databases.
+NODE_RE = re.compile('[a-z][a-z0-9_]{0,31}:[^\\s"\\\\\x00\ud800-\udfff]{1,260}')
+RELATION_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 DIRECTIONS = ("forward", "backward")
 
 
 def check_node(node: str) -> str:
     if not isinstance(node, str) or not NODE_RE.fullmatch(node):
+        shown = ascii(node) if isinstance(node, str) else repr(node)
         raise TrackingError(
-            f"invalid lineage node {node!r}: write KIND:ID, e.g. run:<id>, artifact:<sha256>, "
-            "dataset:imagenet@3, code:<commit> (no spaces, quotes or backslashes)"
+            f"invalid lineage node {shown}: write KIND:ID, e.g. run:<id>, artifact:<sha256>, "
+            "dataset:imagenet@3, code:<commit> (no spaces, quotes, backslashes or NUL)"
         )
     return node
+
+
+def check_relation(relation: object) -> str:
+    if not isinstance(relation, str) or not RELATION_RE.fullmatch(relation):
+        raise TrackingError(
+            f"invalid lineage relation {relation!r}: 1-32 lowercase letters, digits, '_' "
+            "starting with a letter (input, output, ...)"
+        )
+    return relation
 
 
 @dataclass
