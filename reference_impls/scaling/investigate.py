@@ -31,6 +31,7 @@ from typing import Any
 
 from reference_impls.collectives import LaunchConfig, LaunchError, launch
 from reference_impls.scaling.analysis import analyse  # the report, from the ranks' results
+from reference_impls.scaling.costmodel import MAX_WORLD
 from reference_impls.scaling.transport import parse_nccl_log
 from reference_impls.scaling.workload import RankConfig, run_rank
 
@@ -135,10 +136,13 @@ class InvestigateConfig:
                 )
         if self.slow_ms > 0 and self.slow_rank is None:
             raise InvestigationError(f"slow-ms {self.slow_ms} needs --slow-rank (which rank)")
-        if not self.project_worlds or any(w < 1 for w in self.project_worlds):
+        if not self.project_worlds or any(
+            isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WORLD
+            for w in self.project_worlds
+        ):
             raise InvestigationError(
                 f"project worlds must be integers >= 1, got {list(self.project_worlds)} "
-                "(e.g. 8,64,512)"
+                "(at most 2**53; e.g. 8,64,512)"
             )
         if self.gpus_per_node < 1:
             raise InvestigationError(f"gpus-per-node must be >= 1, got {self.gpus_per_node}")

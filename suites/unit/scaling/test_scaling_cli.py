@@ -44,6 +44,7 @@ def run(args):
         (["--hang-at-step", "-2"], "hang_at_step must be >= 0, got -2"),
         (["--timeout-s", "inf"], "timeout_s must be a finite number > 0, got inf"),
         (["--project-worlds", "0,8"], "project worlds must be integers >= 1, got [0, 8]"),
+        (["--project-worlds", f"8,{2**60}"], f"got [8, {2**60}] (at most 2**53"),
         (["--gpus-per-node", "0"], "gpus-per-node must be >= 1, got 0"),
         (
             ["--link-alpha-us", "5", "--link-beta-GBps", "-1"],
