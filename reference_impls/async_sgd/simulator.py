@@ -155,6 +155,10 @@ class SimConfig:
             raise ValueError("speeds must name at least one worker")
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
             raise ValueError(f"updates must be an int >= 1, got {self.updates!r}")
+        # Checked here, not first by the parameter server the run builds: the command line
+        # creates the run directory only after every config of the command is made.
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
         for name in ("comm_ms", "dead_after_ms"):
             if not 0 <= getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
