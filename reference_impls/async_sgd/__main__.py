@@ -219,6 +219,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.workers + 1
     if not 0 <= args.stragglers < world:
         raise ValueError(f"--stragglers must be in [0, {world - 1}], got {args.stragglers}")
+    if args.samples < world - 1:
+        raise ValueError(
+            f"samples must be >= workers ({world - 1}): each worker draws from its own shard "
+            f"of the samples, got samples={args.samples}"
+        )
     config = TrainConfig(
         policy=_policy(args),
         problem=_problem(args),

@@ -153,6 +153,11 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not self.speeds:
             raise ValueError("speeds must name at least one worker")
+        if self.problem.samples < len(self.speeds):
+            raise ValueError(
+                f"samples must be >= workers ({len(self.speeds)}): each worker draws from its "
+                f"own shard of the samples, got samples={self.problem.samples}"
+            )
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
             raise ValueError(f"updates must be an int >= 1, got {self.updates!r}")
         # Checked here, not first by the parameter server the run builds: the command line

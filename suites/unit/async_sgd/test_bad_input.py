@@ -39,6 +39,8 @@ SIM = ["simulate", "--workers", "3", "--updates", "30"]
         (["--lr", "0"], "lr must be > 0, got 0.0"),
         (["--lr", "nan"], "lr must be > 0, got nan"),
         (["--control", "--lr", "-1"], "lr must be > 0, got -1.0"),
+        # Fewer samples than workers: an empty shard, a RuntimeError from torch.randint.
+        (["--samples", "2"], "samples must be >= workers (3)"),
     ],
 )
 def test_bad_simulate_options_are_refused_before_anything_is_written(
