@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
@@ -89,6 +90,16 @@ def _public(ref: ArtifactRef) -> dict[str, Any]:
     return out
 
 
+def _printable(value: Any) -> Any:
+    """``value``, or its ASCII escape when it is text that UTF-8 cannot encode."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return ascii(value)[1:-1]
+    return value
+
+
 class _Unauthorized(Exception):
     pass
 
@@ -124,6 +135,21 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
         elif isinstance(exc, IntegrityError):
             code = 409
         return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes each bad input back; a lone surrogate in it (valid in
+        # JSON as "\\udcff") cannot be encoded as UTF-8, and the 422 became a 500. The field's
+        # location and the reason are what the caller needs; both are made printable.
+        detail = [
+            {
+                "loc": [_printable(p) for p in e.get("loc", ())],
+                "msg": _printable(e.get("msg", "")),
+                "type": _printable(e.get("type", "")),
+            }
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(_Unauthorized)
     def _unauthorized(_request: Request, exc: _Unauthorized) -> JSONResponse:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from reference_impls.tracking.access import Access
 from reference_impls.tracking.backend import EmbeddedBackend
@@ -54,14 +57,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     backend.add_edges([(f"artifact:{alpha_ref.sha256}", f"run:{c}", "input")])
     (tmp / "d.bin").write_bytes(b"beta-only derived bytes")
     derived = backend.log_artifact(c, tmp / "d.bin", f"{SECRET}-derived.bin")
+    # The fuzzing test writes into gamma only, so the tests above see alpha as built here.
+    g = backend.create_run("gamma", name="gamma-run", params={"lr": 0.5})
+    backend.log_artifact(g, tmp / "w.bin", "gamma-weights.bin")
     access.grant("viewer", "alpha", "viewer")
     access.grant("writer", "alpha", "writer")
+    access.grant("viewer", "gamma", "writer")
     with ServerThread(create_app(backend)) as server:
         yield {
             "url": server.url,
             "tokens": tokens,
             "alpha": a,
             "beta": b,
+            "gamma": g,
             "sha": alpha_ref.sha256,
             "derived": derived.sha256,
             "backend": backend,
@@ -174,3 +182,181 @@ def test_a_token_in_the_query_string_is_refused_and_not_logged(world):
         access_log.removeHandler(handler)
     assert any("/api/projects?token=" in line for line in lines), lines  # it was logged...
     assert not any(token in line for line in lines), lines  # ...without the secret
+
+
+# ---------------------------------------------------------------- random requests
+HUGE = "__a 5000-digit integer__"
+
+
+def _json_text(value: Any) -> bytes:
+    # ensure_ascii: lone surrogates and NUL travel as \udcff / \u0000 escapes (valid JSON).
+    # HUGE becomes a 5000-digit integer literal (past the parser's 4300-digit limit).
+    text = json.dumps(value, ensure_ascii=True)
+    return text.replace(json.dumps(HUGE), "1" + "0" * 5000).encode()
+
+
+TEXTS = st.sampled_from(
+    ["", "x", "a\udcffb", "\ud800", "a\x00b", "é" * 3, "x" * 10_001, "'; drop table runs; --", "\n"]
+)
+# NaN and Infinity: not JSON, but Python's parser (the server's) accepts them.
+NUMBERS = st.sampled_from(
+    [0, -1, 1.5, 2**53 + 1, 2**63, 10**30, 1e308, -1e308, math.nan, math.inf, HUGE]
+)
+SCALARS = st.one_of(TEXTS, NUMBERS, st.booleans(), st.none())
+KEYS = st.sampled_from(["lr", "opt", "a.b/c", "1bad", "", "k\x00", "k\udcff", "x" * 300])
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(KEYS, inner, max_size=3)),
+    max_leaves=6,
+)
+BODIES = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": VALUES,
+            "params": st.dictionaries(KEYS, VALUES, max_size=3),
+            "tags": st.dictionaries(KEYS, VALUES, max_size=3),
+            "git_commit": VALUES,
+            "environment": VALUES,
+            "created_at": VALUES,
+            "status": st.sampled_from(["finished", "running", "bogus", "\udcff", ""]),
+            "points": st.lists(st.lists(VALUES, max_size=5), max_size=3),
+            "edges": st.lists(st.lists(VALUES, min_size=3, max_size=3), max_size=2),
+            "extra": VALUES,
+        },
+    ),
+    VALUES,
+)
+RUN_IDS = ["{alpha}", "{beta}", "{gamma}", "0" * 32, "nope", "%00", "..%2F..", "x" * 300]
+PATHS = st.one_of(
+    st.sampled_from(
+        [
+            "/api/projects",
+            "/api/whoami",
+            "/api/projects/{p}/runs",
+            "/api/runs/{r}",
+            "/api/runs/{r}/metrics",
+            "/api/runs/{r}/metrics/{k}",
+            "/api/runs/{r}/tags",
+            "/api/runs/{r}/end",
+            "/api/runs/{r}/artifacts",
+            "/api/runs/{r}/artifacts/{n}",
+            "/api/lineage",
+            "/api/lineage/edges",
+        ]
+    ),
+    st.sampled_from(["/", "/api", "/api/runs", "/%ff", "/api/runs/{r}/artifacts/a%00b"]),
+)
+QUERY = st.dictionaries(
+    st.sampled_from(
+        ["q", "order_by", "limit", "page_token", "node", "direction", "format", "kind", "promoted"]
+    ),
+    st.one_of(
+        TEXTS.filter(lambda t: "\udcff" not in t and "\ud800" not in t),
+        st.sampled_from(
+            [
+                "params.opt desc",
+                "metrics.x > 1",
+                "10000000000000000000000000000",
+                "-1",
+                "artifact:{sha}",
+                "run:{beta}",
+                "dataset:SECRETB-data@7",
+                "dot",
+                "forward",
+                "eyJvIjogMTAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMCwgInEiOiAiIn0",
+            ]
+        ),
+    ),
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+    path=PATHS,
+    project=st.sampled_from(["alpha", "beta", "gamma", "nope", "a" * 300, "%00"]),
+    run=st.sampled_from(RUN_IDS),
+    key=st.sampled_from(["loss", "x" * 300, "a%00", "..", "%ff"]),
+    name=st.sampled_from(["alpha-weights.bin", "gamma-weights.bin", "a/../b", "%2Fetc", "n.bin"]),
+    query=QUERY,
+    body=st.one_of(BODIES.map(_json_text), st.binary(max_size=40)),
+    user=st.sampled_from(["viewer", "writer", None, "bogus"]),
+    content_type=st.sampled_from(["application/json", "text/plain", None]),
+)
+def test_random_requests_never_500_never_leak_and_every_4xx_says_why(
+    world, method, path, project, run, key, name, query, body, user, content_type
+):
+    ids = {"alpha": world["alpha"], "beta": world["beta"], "gamma": world["gamma"]}
+    run_id = run.format(**ids)
+    url = world["url"] + path.format(p=project, r=run_id, k=key, n=name)
+    params = {k: v.format(sha=world["sha"], **ids) for k, v in query.items()}
+    headers = {}
+    if content_type:
+        headers["Content-Type"] = content_type
+    if user == "bogus":
+        headers["Authorization"] = "Bearer trk_not_a_token"
+    elif user is not None:
+        headers["Authorization"] = f"Bearer {world['tokens'][user]}"
+    resp = httpx.request(method, url, params=params, content=body, headers=headers, timeout=60)
+    assert resp.status_code < 500, (resp.status_code, resp.text[:500])
+    # No caller here may see beta: none of its metadata, none of its own bytes.
+    sent = url + json.dumps(params)  # a 4xx may echo what it was sent; that is no leak
+    for secret in (SECRET, world["beta"]):
+        if secret not in sent:
+            assert secret.encode() not in resp.content, resp.text[:500]
+    assert b"beta-only derived bytes" not in resp.content
+    assert b"file://" not in resp.content and str(world["tmp"]).encode() not in resp.content
+    if 400 <= resp.status_code < 500 and resp.status_code not in (404, 405):
+        detail = resp.json()["detail"]
+        if isinstance(detail, list):  # request validation: each error has its field's location
+            assert detail and all(e.get("loc") for e in detail), detail
+        else:
+            assert isinstance(detail, str) and len(detail) > 10, detail
+
+
+WRITES = [
+    ("POST", "/api/projects/gamma/runs"),
+    ("POST", "/api/runs/{g}/metrics"),
+    ("POST", "/api/runs/{g}/tags"),
+    ("POST", "/api/runs/{g}/end"),
+    ("POST", "/api/lineage/edges"),
+    ("PUT", "/api/runs/{g}/artifacts/fuzz.bin"),
+    ("GET", "/api/projects/gamma/runs"),
+    ("GET", "/api/lineage"),
+]
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(route=st.sampled_from(WRITES), body=BODIES, query=QUERY, raw=st.booleans())
+def test_random_writes_and_searches_by_a_permitted_caller_never_500(world, route, body, query, raw):
+    # The same checks, on the routes that reach the store (the caller may write in gamma),
+    # where a value passes HTTP validation and meets the database.
+    method, path = route
+    ids = {"alpha": world["alpha"], "beta": world["beta"], "gamma": world["gamma"]}
+    params = {k: v.format(sha=world["sha"], **ids) for k, v in query.items()}
+    if path == "/api/lineage/edges" and isinstance(body, dict) and raw:
+        body = {"edges": [[f"run:{world['gamma']}", "artifact:" + "0" * 64, body.get("name")]]}
+    resp = httpx.request(
+        method,
+        world["url"] + path.format(g=world["gamma"]),
+        params=params,
+        content=_json_text(body),
+        headers={"Authorization": f"Bearer {world['tokens']['viewer']}"},
+        timeout=60,
+    )
+    assert resp.status_code < 500, (resp.status_code, resp.text[:500])
+    if SECRET not in json.dumps(params):  # a 4xx may echo what it was sent; that is no leak
+        assert SECRET.encode() not in resp.content, resp.text[:500]
+    if 400 <= resp.status_code < 500 and resp.status_code != 404:
+        detail = resp.json()["detail"]
+        assert detail and (isinstance(detail, list) or len(detail) > 10), detail
