@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -26,6 +27,17 @@ from typing import Any
 from reference_impls.tracking.errors import TrackingError
 
 DAY = 86_400.0
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0 (a duration or grace): a bad one is a usage error, exit 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:
@@ -257,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", help="apply the policy to one project (collection is store-wide)")
     p.add_argument(
         "--keep-all-days",
-        type=float,
+        type=_non_negative,
         default=30.0,
         help="runs younger keep everything (default 30)",
     )
@@ -269,19 +281,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--delete-after-days",
-        type=float,
+        type=_non_negative,
         default=365.0,
         help="older runs are deleted (default 365)",
     )
     p.add_argument(
         "--soft-delete-grace-days",
-        type=float,
+        type=_non_negative,
         default=7.0,
         help="soft-deleted rows purged after (default 7)",
     )
     p.add_argument(
         "--upload-grace-s",
-        type=float,
+        type=_non_negative,
         default=3600.0,
         help="unreferenced bytes younger than this are kept (default 3600)",
     )

@@ -453,6 +453,10 @@ class MetadataStore:
         rows = self._check_tags(tags)
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
+            if not rows:
+                # An empty executemany inserts one row of NULLs (SQLAlchemy), an
+                # IntegrityError on the primary key: no tags is nothing to write.
+                return
             stmt = _insert(self.engine, Tag)
             stmt = stmt.on_conflict_do_update(
                 index_elements=["run_id", "key"], set_={"value": stmt.excluded.value}

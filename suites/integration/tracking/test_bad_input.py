@@ -56,10 +56,13 @@ def test_text_no_database_stores_is_refused_by_name(store):
     assert store.get_run(rid).tags == {}
 
 
-def test_environment_with_surrogates_round_trips_as_json(store):
+def test_environment_with_surrogates_round_trips_and_empty_tags_write_nothing(store):
     # JSON escapes what text columns refuse: an environment is stored, not refused.
     rid = store.create_run("p", environment={"path": "/tmp/\udcff", "nul": "a\x00b"})
     assert store.get_run(rid).environment == {"path": "/tmp/\udcff", "nul": "a\x00b"}
+    # No tags is nothing to write (an empty executemany inserted a row of NULLs: a 500).
+    store.set_tags(rid, {})
+    assert store.get_run(rid).tags == {}
 
 
 def _token(offset: Any, query: str = "") -> str:
@@ -119,3 +122,27 @@ def test_cli_store_paths_are_refused_with_exit_2_and_create_nothing(tmp_path, ca
             err = capsys.readouterr().err
             assert "error:" in err and named in err and "Traceback" not in err, (label, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing created
+
+
+def test_gc_refuses_a_grace_that_would_collect_uploads_in_flight(tmp_path, capsys):
+    from reference_impls.tracking.__main__ import main
+    from reference_impls.tracking.retention import collect
+
+    backend = EmbeddedBackend(tmp_path / "t.db", tmp_path / "artifacts")
+    # Bytes stored a moment ago that no row names yet: an upload between its steps (2) and (3).
+    (tmp_path / "f.bin").write_bytes(b"in flight")
+    sha, _, _ = backend.store.put_file(tmp_path / "f.bin")
+    args = ["--db", str(tmp_path / "t.db"), "--artifacts", str(tmp_path / "artifacts")]
+    for flag in ("--upload-grace-s", "--soft-delete-grace-days"):
+        for value in ("-1", "nan", "-inf"):
+            with pytest.raises(SystemExit) as exited:  # a negative grace deleted the bytes
+                main(["gc", *args, f"{flag}={value}"])
+            assert exited.value.code == 2
+            assert f"{flag}: expected a finite number >= 0, got '{value}'" in (
+                capsys.readouterr().err
+            )
+            assert backend.store.exists(sha)
+            with pytest.raises(ValueError, match="grace_s must be a finite number >= 0"):
+                collect(backend.meta, backend.store, upload_grace_s=float(value))
+    assert backend.store.exists(sha)
+    backend.close()

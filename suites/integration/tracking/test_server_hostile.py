@@ -9,6 +9,7 @@ addressing keeps one object); every string beta gave (names, commit, dataset) co
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from reference_impls.tracking.access import Access
 from reference_impls.tracking.backend import EmbeddedBackend
+from reference_impls.tracking.query import _digest, parse
 from reference_impls.tracking.server import ServerThread, create_app
 
 SECRET = "SECRETB"
@@ -182,6 +184,42 @@ def test_a_token_in_the_query_string_is_refused_and_not_logged(world):
         access_log.removeHandler(handler)
     assert any("/api/projects?token=" in line for line in lines), lines  # it was logged...
     assert not any(token in line for line in lines), lines  # ...without the secret
+
+
+# ---------------------------------------------------------------- the bad input
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"params": {"note": "a\udcffb"}}, "param note"),
+        ({"tags": {"team": "a\udcffb"}}, "tag team"),
+        ({"name": "a\udcffb"}, "run name"),
+        ({"name": "a\x00b"}, "run name"),
+        ({"params": {"k\udcff": 1}}, "param name"),
+    ],
+)
+def test_text_no_database_stores_is_a_400_naming_the_field(world, body, named):
+    before = world["backend"].meta.count_runs("gamma")
+    resp = httpx.post(
+        world["url"] + "/api/projects/gamma/runs",
+        content=_json_text(body),
+        headers={
+            "Authorization": f"Bearer {world['tokens']['viewer']}",
+            "Content-Type": "application/json",
+        },
+        timeout=60,
+    )
+    assert resp.status_code == 400 and named in resp.json()["detail"], resp.text
+    assert world["backend"].meta.count_runs("gamma") == before
+
+
+def test_an_edited_page_token_is_a_400_naming_it(world):
+    # (A lone surrogate cannot travel in a URL, which is UTF-8: filters with one are refused
+    # by the store, tested in test_bad_input.py.)
+    raw = json.dumps({"o": 10**30, "q": _digest(parse(""))}).encode()
+    token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    resp = _get(world, "viewer", "/api/projects/alpha/runs", params={"page_token": token})
+    assert resp.status_code == 400, resp.text
+    assert f"page token offset {10**30} is out of range" in resp.json()["detail"]
 
 
 # ---------------------------------------------------------------- random requests
@@ -351,7 +389,10 @@ def test_random_writes_and_searches_by_a_permitted_caller_never_500(world, route
         world["url"] + path.format(g=world["gamma"]),
         params=params,
         content=_json_text(body),
-        headers={"Authorization": f"Bearer {world['tokens']['viewer']}"},
+        headers={
+            "Authorization": f"Bearer {world['tokens']['viewer']}",
+            "Content-Type": "application/json",
+        },
         timeout=60,
     )
     assert resp.status_code < 500, (resp.status_code, resp.text[:500])
