@@ -274,7 +274,11 @@ def _first_divergence(g: _Group, dumps: dict[int, RankDump], notes: list[str]) -
     if not ends:
         return None
     start, end = max(ring_starts or partial_starts), max(ends)
-    for s in range(start, end + 1):
+    # The sequence numbers some member recorded, not every integer in between: a dump whose
+    # counter jumped (a long job, or an edited file: seq 10**15) would otherwise be a loop of
+    # that many steps; a number no member holds is skipped below anyway.
+    held = sorted({s for r in g.members for s in g.by_rank[r] if start <= s <= end})
+    for s in held:
         present = {r: x for r in g.members if (x := g.rec(r, s)) is not None}
         if len(present) < 2:
             continue
