@@ -471,7 +471,12 @@ class MetadataStore:
     ) -> None:
         """End a run, writing its last buffered ``points`` in the same transaction (a run's
         final flush and its end are one commit, not two)."""
-        status = RunStatus(status)
+        try:
+            status = RunStatus(status)
+        except ValueError:  # a bare ValueError was a 500 over HTTP
+            raise TrackingError(
+                f"run status {_clip(str(status))} is not one of finished, failed, killed"
+            ) from None
         if status is RunStatus.RUNNING:
             raise TrackingError("end_run needs a final status: finished, failed or killed")
         for p in points:

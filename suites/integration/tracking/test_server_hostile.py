@@ -212,6 +212,23 @@ def test_text_no_database_stores_is_a_400_naming_the_field(world, body, named):
     assert world["backend"].meta.count_runs("gamma") == before
 
 
+@pytest.mark.parametrize("status", ["bogus", "a\udcffb", ""])
+def test_ending_a_run_with_an_unknown_status_is_a_400_naming_it(world, status):
+    rid = world["backend"].create_run("gamma")
+    resp = httpx.post(
+        world["url"] + f"/api/runs/{rid}/end",
+        content=_json_text({"status": status}),
+        headers={
+            "Authorization": f"Bearer {world['tokens']['viewer']}",
+            "Content-Type": "application/json",
+        },
+        timeout=60,
+    )
+    assert resp.status_code == 400, resp.text
+    assert "is not one of finished, failed, killed" in resp.json()["detail"]
+    assert world["backend"].get_run(rid).status == "running"
+
+
 def test_an_edited_page_token_is_a_400_naming_it(world):
     # (A lone surrogate cannot travel in a URL, which is UTF-8: filters with one are refused
     # by the store, tested in test_bad_input.py.)
