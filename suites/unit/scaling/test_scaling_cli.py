@@ -56,6 +56,9 @@ def run(args):
         ),
         (["--inter-alpha-us", "5"], "give both --inter-alpha-us and --inter-beta-GBps"),
         (["--world-sizes", "1,100000", "--modes", "weak"], "would start 100000 gloo processes"),
+        # A model of 10**12 weights passed every check and died in the ranks (MemoryError).
+        (["--in-features", "1000000", "--hidden", "1000000"], "GiB at world size 2; this machine"),
+        (["--global-batch", str(2**40)], "GiB at world size 2; this machine"),
     ],
 )
 def test_bad_investigate_input_is_refused_before_anything_runs(args, message, tmp_path, capsys):
