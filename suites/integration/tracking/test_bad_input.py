@@ -146,3 +146,28 @@ def test_gc_refuses_a_grace_that_would_collect_uploads_in_flight(tmp_path, capsy
                 collect(backend.meta, backend.store, upload_grace_s=float(value))
     assert backend.store.exists(sha)
     backend.close()
+
+
+def test_import_report_refuses_a_hostile_report_whole(tmp_path, capsys):
+    from reference_impls.tracking.__main__ import main
+    from reference_impls.tracking.metadata import MetadataStore
+
+    rep = tmp_path / "rep"
+    rep.mkdir()
+    args = ["--db", str(tmp_path / "t.db"), "--artifacts", str(tmp_path / "a"), str(rep)]
+    for report, message in (
+        ({"tests": [1]}, "tests[0] is int, not an object"),  # was an AttributeError
+        ({"tests": {}}, "no 'tests' list"),
+        ({"tests": [], "duration_s": 1e999}, "metric duration_s at step 0 is inf"),
+    ):
+        (rep / "report.json").write_text(json.dumps(report))
+        assert main(["import-report", *args]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    assert MetadataStore(str(tmp_path / "t.db")).count_runs() == 0  # no run half imported
+    # Tiers that are not names become metric names that are.
+    (rep / "report.json").write_text(json.dumps({"tests": [{"tier": 5, "outcome": "passed"}]}))
+    assert main(["import-report", *args]) == 0
+    run_id = capsys.readouterr().out.strip()
+    metrics = MetadataStore(str(tmp_path / "t.db")).get_run(run_id).metrics
+    assert metrics["_5.passed"] == 1 and metrics["tests_passed"] == 1
