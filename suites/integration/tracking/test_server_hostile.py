@@ -231,7 +231,7 @@ def test_ending_a_run_with_an_unknown_status_is_a_400_naming_it(world, status):
 
 def test_an_edited_page_token_is_a_400_naming_it(world):
     # (A lone surrogate cannot travel in a URL, which is UTF-8: filters with one are refused
-    # by the store, tested in test_bad_input.py.)
+    # by the store, tested in test_tracking_bad_input.py.)
     raw = json.dumps({"o": 10**30, "q": _digest(parse(""))}).encode()
     token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     resp = _get(world, "viewer", "/api/projects/alpha/runs", params={"page_token": token})
