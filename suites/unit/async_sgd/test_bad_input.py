@@ -39,6 +39,10 @@ SIM = ["simulate", "--workers", "3", "--updates", "30"]
         (["--lr", "0"], "lr must be > 0, got 0.0"),
         (["--lr", "nan"], "lr must be > 0, got nan"),
         (["--control", "--lr", "-1"], "lr must be > 0, got -1.0"),
+        # Past float32's range torch refused the step mid-run (a RuntimeError traceback).
+        (["--lr", "1e308"], "lr must be > 0, got 1e+308 (at most 3.403e+38"),
+        (["--policy", "alpha-over-s", "--alpha", "1e308"], "alpha must be a finite number > 0"),
+        (["--stragglers", "1", "--stall-every-ms", "1e308"], "stall_every_ms must be a finite"),
         # Fewer samples than workers: an empty shard, a RuntimeError from torch.randint.
         (["--samples", "2"], "samples must be >= workers (3)"),
     ],
