@@ -85,7 +85,7 @@ def _stem(flag: str) -> str:
     stem = flag[2:].replace("-", "_")
     for unit in ("_us", "_ms", "_GBps"):
         stem = stem.removesuffix(unit)
-    return stem
+    return stem.removesuffix("s")  # --worlds: "world sizes must be ..."
 
 
 def _finite(value: object) -> bool:
