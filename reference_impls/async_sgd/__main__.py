@@ -215,12 +215,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from reference_impls.async_sgd.distributed import ServerReport, TrainConfig, run_rank
 
     out = args.out or _default_out("train")
-    if os.environ.get("RANK", "0") == "0":  # the server writes; the workers need not look
-        _writable_dir(out, "--out")
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.workers + 1
     if not 0 <= args.stragglers < world:
         raise ValueError(f"--stragglers must be in [0, {world - 1}], got {args.stragglers}")
+    if args.samples < world - 1:
+        raise ValueError(
+            f"samples must be >= workers ({world - 1}): each worker draws from its own shard "
+            f"of the samples, got samples={args.samples}"
+        )
     config = TrainConfig(
         policy=_policy(args),
         problem=_problem(args),
@@ -236,6 +239,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         eval_every=args.eval_every,
         progress_every=max(1, args.updates // 10),
     )
+    # After the config is made (and so checked): a refused option creates no directory.
+    if os.environ.get("RANK", "0") == "0":  # the server writes; the workers need not look
+        _writable_dir(out, "--out")
     if under_torchrun:
         import torch
         import torch.distributed as dist
@@ -297,17 +303,21 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     ]
     if args.control:
         runs.append((out / "control", {}))
-    speeds = [speed_profile(args.workers, **kw) for _, kw in runs]  # bad options: before writing
-    _writable_dir(out, "--out")
-    for (run_dir, _), run_speeds in zip(runs, speeds, strict=True):
-        config = SimConfig(
+    # Every config is made (and so checked) before the run directory exists: a refused
+    # option leaves nothing behind.
+    configs = [
+        SimConfig(
             policy=policy,
             problem=problem_cfg,
-            speeds=run_speeds,
+            speeds=speed_profile(args.workers, **kw),
             updates=args.updates,
             lr=args.lr,
             seed=args.seed,
         )
+        for _, kw in runs
+    ]
+    _writable_dir(out, "--out")
+    for (run_dir, _), config in zip(runs, configs, strict=True):
         result = simulate(config, problem)
         write_run(run_dir, result.log, result.summary(config, problem))
         applied = [r.staleness for r in result.log if r.status.value == "applied"]

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reference_impls.async_sgd.policies import PolicyError, StalenessPolicy
+from reference_impls.async_sgd.policies import FLOAT32_MAX, PolicyError, StalenessPolicy
 from reference_impls.async_sgd.problem import Problem, ProblemConfig
 from reference_impls.async_sgd.runlog import write_run
 from reference_impls.async_sgd.server import ParameterServer, PushError, UpdateStatus
@@ -117,8 +117,10 @@ class TrainConfig:
             raise ValueError(f"updates must be an int >= 1, got {self.updates!r}")
         # ``x > 0`` is True for inf: an infinite step or slowdown would be a NaN model or a
         # worker that sleeps forever, found only after the processes started.
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not (math.isfinite(self.lr) and 0 < self.lr <= FLOAT32_MAX):
+            raise ValueError(
+                f"lr must be > 0, got {self.lr!r} (at most {FLOAT32_MAX:.4g}: a float32 step)"
+            )
         if not (math.isfinite(self.slowdown) and self.slowdown >= 1):
             raise ValueError(f"slowdown must be >= 1, got {self.slowdown!r}")
         if not (0 < self.heartbeat_s < self.dead_after_s < math.inf):

@@ -45,6 +45,10 @@ import math
 import numbers
 from collections.abc import Callable, Mapping
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest step size or factor the float32 parameters can take: torch refuses to convert a
+larger Python float into a float32 ``alpha`` (a RuntimeError mid-run, not a refusal)."""
+
 __all__ = [
     "LR_FACTORS",
     "AlphaOverS",
@@ -93,8 +97,11 @@ class AlphaOverS:
     alpha: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.alpha) and self.alpha > 0):
-            raise PolicyError(f"alpha must be a finite number > 0, got {self.alpha!r}")
+        if not (math.isfinite(self.alpha) and 0 < self.alpha <= FLOAT32_MAX):
+            raise PolicyError(
+                f"alpha must be a finite number > 0, got {self.alpha!r} (at most "
+                f"{FLOAT32_MAX:.4g}: a float32 step factor)"
+            )
 
     def __call__(self, s: int) -> float:
         return 1.0 if s == 0 else self.alpha / s

@@ -95,6 +95,11 @@ class Problem:
     def batch_indices(self, worker: int, workers: int, step: int) -> torch.Tensor:
         """Indices of worker ``worker``'s ``step``-th minibatch (its shard, seeded draw)."""
         shard = torch.arange(worker % workers, self.config.samples, workers)
+        if not shard.numel():  # more workers than samples: this worker's shard is empty
+            raise ValueError(
+                f"samples must be >= workers ({workers}): worker {worker} has no samples of "
+                f"its own, got samples={self.config.samples}"
+            )
         # Replayable: the draw depends on (seed, worker, step) only, in any process.
         g = torch.Generator().manual_seed(mix_seed(self.config.seed, "batch", worker, step))
         pick = torch.randint(0, shard.numel(), (self.config.batch_size,), generator=g)

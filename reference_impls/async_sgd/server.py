@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from reference_impls import atomic
-from reference_impls.async_sgd.policies import StalenessPolicy
+from reference_impls.async_sgd.policies import FLOAT32_MAX, StalenessPolicy
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -123,8 +123,11 @@ class ParameterServer:
                 f"params must be a flat floating-point tensor, got shape {tuple(params.shape)} "
                 f"and dtype {params.dtype}"
             )
-        if not (math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+        if not (math.isfinite(lr) and 0 < lr <= FLOAT32_MAX):
+            raise ValueError(
+                f"lr must be a finite number > 0, got {lr!r} (at most {FLOAT32_MAX:.4g}: a "
+                "float32 step)"
+            )
         self.params = params.detach().clone()  # (P,)
         self.lr = float(lr)
         self.policy = policy

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from reference_impls.async_sgd.policies import StalenessPolicy
+from reference_impls.async_sgd.policies import FLOAT32_MAX, StalenessPolicy
 from reference_impls.async_sgd.problem import Problem, ProblemConfig
 from reference_impls.async_sgd.server import Death, ParameterServer, UpdateRecord, UpdateStatus
 
@@ -95,7 +95,9 @@ def speed_profile(
     # past the last worker, a period of 0, stalls with no straggler to stall): the run then
     # silently lacked the failure it was asked to simulate.
     if stall_every_ms is not None:
-        if not (math.isfinite(stall_every_ms) and stall_every_ms > 0):
+        # 200 periods are scheduled: the last start must be finite too (1e308 ms overflowed to
+        # inf and was refused later as "a stall needs start >= 0", naming no option).
+        if not (math.isfinite(200 * stall_every_ms) and stall_every_ms > 0):
             raise ValueError(f"stall_every_ms must be a finite number > 0, got {stall_every_ms!r}")
         if stragglers == 0:
             raise ValueError(
@@ -153,8 +155,19 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not self.speeds:
             raise ValueError("speeds must name at least one worker")
+        if self.problem.samples < len(self.speeds):
+            raise ValueError(
+                f"samples must be >= workers ({len(self.speeds)}): each worker draws from its "
+                f"own shard of the samples, got samples={self.problem.samples}"
+            )
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
             raise ValueError(f"updates must be an int >= 1, got {self.updates!r}")
+        # Checked here, not first by the parameter server the run builds: the command line
+        # creates the run directory only after every config of the command is made.
+        if not (math.isfinite(self.lr) and 0 < self.lr <= FLOAT32_MAX):
+            raise ValueError(
+                f"lr must be > 0, got {self.lr!r} (at most {FLOAT32_MAX:.4g}: a float32 step)"
+            )
         for name in ("comm_ms", "dead_after_ms"):
             if not 0 <= getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")

@@ -274,7 +274,11 @@ def _first_divergence(g: _Group, dumps: dict[int, RankDump], notes: list[str]) -
     if not ends:
         return None
     start, end = max(ring_starts or partial_starts), max(ends)
-    for s in range(start, end + 1):
+    # The sequence numbers some member recorded, not every integer in between: a dump whose
+    # counter jumped (a long job, or an edited file: seq 10**15) would otherwise be a loop of
+    # that many steps; a number no member holds is skipped below anyway.
+    held = sorted({s for r in g.members for s in g.by_rank[r] if start <= s <= end})
+    for s in held:
         present = {r: x for r in g.members if (x := g.rec(r, s)) is not None}
         if len(present) < 2:
             continue
@@ -314,13 +318,21 @@ def _classify(
         "t_issue": t,
     }
     # (c) ahead: the odd rank's call at s is the majority's at s + k (it skipped k calls) ...
+    # Every majority rank's records are read, not only the lowest's: that one may be stuck in
+    # the call at s (holding nothing past it) while another got through it (a broadcast's
+    # root does) and shows the skipped rank's call right after. Read alone, the stuck rank
+    # would let the odd rank's own later records make the skip look like an extra call.
     for k in range(1, SHIFT_LOOKAHEAD + 1):
-        ahead = g.rec(m0, s + k)
-        if ahead is not None and _key(ahead) == _key(x):
-            return _skip(g, s, k, rs, majority, x, m, head, base, skipped=True)
-        own = g.rec(rs[0], s + k)
-        if own is not None and _key(own) == _key(m):
-            return _skip(g, s, k, rs, majority, x, m, head, base, skipped=False)
+        for r in majority:
+            ahead = g.rec(r, s + k)
+            if ahead is not None and _key(ahead) == _key(x):
+                witness = [r, *(o for o in majority if o != r)]
+                return _skip(g, s, k, rs, witness, x, m, head, base, skipped=True)
+        for r in rs:
+            own = g.rec(r, s + k)
+            if own is not None and _key(own) == _key(m):
+                odd_first = [r, *(o for o in rs if o != r)]
+                return _skip(g, s, k, odd_first, majority, x, m, head, base, skipped=False)
     # ... or behind: it left (or stayed in) a repeated call one iteration early (late).
     prev_odd, prev_maj = g.rec(rs[0], s - 1), g.rec(m0, s - 1)
     if prev_odd is not None and _key(prev_odd) == _key(m) and _site(x) != _site(m):
@@ -442,10 +454,11 @@ def _dead_ranks(
             else "no record"
         )
         verb = "exited" if d is not None and d.state is RankState.EXITED else "died"
-        summary = (
-            f"(e) rank {r} {verb} ({state}) while {rank_list(waiting or failed)} waited; "
-            f"{lastline}."
-        )
+        # A rank whose own last call raised before it exited is in ``failed``; it is the one
+        # that left, not one of those left waiting.
+        left_waiting = [o for o in (waiting or failed) if o != r]
+        during = f" while {rank_list(left_waiting)} waited" if left_waiting else ""
+        summary = f"(e) rank {r} {verb} ({state}){during}; {lastline}."
         out.append(
             Finding(
                 Kind.DEAD_RANK,
@@ -453,7 +466,7 @@ def _dead_ranks(
                 group=last.group if last else None,
                 seq=last.seq if last else None,
                 ranks=[r],
-                others=sorted(waiting),
+                others=sorted(o for o in waiting if o != r),
                 callsites={r: _where(last)} if last else {},
                 t_issue=last.t_issue if last else 0.0,
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,10 @@ class RankDump:
         return json.dumps(self.to_json(), separators=(",", ":"))
 
 
+MAX_WORLD_SIZE = 1 << 24
+"""More ranks than any job runs (16M); a larger world size in a dump is corruption."""
+
+
 def parse_dump(text: str | bytes, source: str) -> RankDump:
     """A :class:`RankDump` from its JSON text; ``source`` names it in errors (a path, a key)."""
     try:
@@ -273,6 +278,18 @@ def parse_dump(text: str | bytes, source: str) -> RankDump:
         ) from exc
     if not 0 <= dump.rank < dump.world_size:
         raise RecordsError(f"{source}: rank {dump.rank} outside world size {dump.world_size}")
+    if dump.world_size > MAX_WORLD_SIZE:
+        # The report has a line per rank: a corrupt or edited size would be a loop that long.
+        raise RecordsError(
+            f"{source}: world size {dump.world_size} is past {MAX_WORLD_SIZE} ranks; the dump "
+            "is corrupt or was edited"
+        )
+    bad_time = next(
+        (t for t in (dump.published_at, *(x.t_issue for x in records)) if not math.isfinite(t)),
+        None,
+    )
+    if bad_time is not None:
+        raise RecordsError(f"{source}: a time of {bad_time} s; the dump is corrupt or was edited")
     return dump
 
 

@@ -34,10 +34,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from reference_impls.collectives.schedule import bus_bandwidth_factor, ring_cost
+from reference_impls.collectives.schedule import bus_bandwidth_factor
 
 __all__ = [
     "ASSUMPTIONS",
+    "MAX_WORLD",
     "Interconnect",
     "Prediction",
     "Workload",
@@ -136,28 +137,46 @@ class Workload:
         return self.fixed_s + self.per_sample_s * self.local_batch(world)
 
 
+MAX_WORLD = 2**53
+"""The largest world size projected: counts stay exact as floats up to here, and every formula
+below is closed form, so a projection to any world size costs the same (no per-rank arrays)."""
+
+
+def _check_world(world: object) -> int:
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= MAX_WORLD:
+        raise ValueError(f"world sizes must be >= 1 (integers, at most 2**53), got {world!r}")
+    return world
+
+
 def ring_allreduce_s(
     world: int, nbytes: int, *, alpha_s: float, beta_Bps: float, buckets: int = 1
 ) -> float:
-    """T_comm of the module docstring (0 for one rank)."""
-    if world < 1:
-        raise ValueError(f"world must be >= 1, got {world}")
+    """T_comm of the module docstring (0 for one rank); O(1) in ``world``."""
+    _check_world(world)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(f"nbytes must be an integer >= 0, got {nbytes!r}")
+    if not (math.isfinite(alpha_s) and alpha_s >= 0):
+        raise ValueError(f"alpha_s must be a finite number of s >= 0, got {alpha_s!r}")
+    if not (math.isfinite(beta_Bps) and beta_Bps > 0):
+        raise ValueError(f"beta_Bps must be a finite number of bytes/s > 0, got {beta_Bps!r}")
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1:
+        raise ValueError(f"buckets must be an integer >= 1, got {buckets!r}")
     if world == 1 or nbytes == 0:
         return 0.0
-    cost = ring_cost(world, 1, 1)  # 2(N - 1) messages per worker, whatever the size
-    return (
-        buckets * cost.messages_per_worker * alpha_s
-        + bus_bandwidth_factor(world) * nbytes / beta_Bps
-    )
+    # ring_cost(world, ...).messages_per_worker, without its per-rank chunk arrays (which
+    # cost memory linear in the world size: 7 TiB at 10**12 ranks).
+    messages = 2 * (world - 1)
+    return buckets * messages * alpha_s + bus_bandwidth_factor(world) * nbytes / beta_Bps
 
 
 def _exposed(comm_s: float, backward_s: float, buckets: int, overlap: bool) -> float:
     if not overlap or comm_s == 0:
         return comm_s
+    # Bucket i is ready at backward_s * i / k and takes comm_s / k after the previous one: the
+    # last finishes at max over i of (ready_i + (k - i + 1) * per), a linear function of i,
+    # so at i = 1 or i = k (closed form: a loop over buckets costs O(k) for any k given).
     per = comm_s / buckets
-    finish = 0.0
-    for i in range(1, buckets + 1):  # bucket i ready after i/k of backward
-        finish = max(finish, backward_s * i / buckets) + per
+    finish = max(backward_s / buckets + comm_s, backward_s + per)
     # Clipped to [0, comm_s]: finish - backward_s loses the low bits when backward dwarfs comm.
     return min(comm_s, max(0.0, finish - backward_s))
 
@@ -191,8 +210,10 @@ def project(
     overlap: bool = True,
 ) -> list[Prediction]:
     """Predict step time, exposed communication share and efficiency at each world size."""
-    if not worlds or min(worlds) < 1:
-        raise ValueError(f"world sizes must be >= 1, got {list(worlds)}")
+    if not worlds:
+        raise ValueError("no world sizes to project")
+    for w in worlds:
+        _check_world(w)
     base = workload.local_batch(1) / workload.compute_s(1) if workload.compute_s(1) > 0 else 0.0
     out = []
     for n in worlds:
@@ -203,6 +224,11 @@ def project(
         )
         exposed = _exposed(comm, workload.backward_fraction * compute, workload.buckets, overlap)
         step = compute + exposed
+        if not math.isfinite(step):
+            raise ValueError(
+                f"the step time at {n} ranks is {step} s: the link or workload numbers are "
+                "out of range (a bandwidth near 0, a size near 1e308)"
+            )
         thr = n * workload.local_batch(n) / step if step > 0 else 0.0
         speedup = thr / base if base > 0 else 0.0
         out.append(

@@ -31,6 +31,7 @@ from typing import Any
 
 from reference_impls.collectives import LaunchConfig, LaunchError, launch
 from reference_impls.scaling.analysis import analyse  # the report, from the ranks' results
+from reference_impls.scaling.costmodel import MAX_WORLD
 from reference_impls.scaling.transport import parse_nccl_log
 from reference_impls.scaling.workload import RankConfig, run_rank
 
@@ -135,10 +136,13 @@ class InvestigateConfig:
                 )
         if self.slow_ms > 0 and self.slow_rank is None:
             raise InvestigationError(f"slow-ms {self.slow_ms} needs --slow-rank (which rank)")
-        if not self.project_worlds or any(w < 1 for w in self.project_worlds):
+        if not self.project_worlds or any(
+            isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WORLD
+            for w in self.project_worlds
+        ):
             raise InvestigationError(
                 f"project worlds must be integers >= 1, got {list(self.project_worlds)} "
-                "(e.g. 8,64,512)"
+                "(at most 2**53; e.g. 8,64,512)"
             )
         if self.gpus_per_node < 1:
             raise InvestigationError(f"gpus-per-node must be >= 1, got {self.gpus_per_node}")
@@ -179,9 +183,29 @@ CPU_RANKS_PER_CORE = 4
 past this many per core a world size is a typo, not an experiment: refused before it forks."""
 
 
+def cpu_bytes_needed(cfg: InvestigateConfig) -> int:
+    """A floor on the memory the largest world size's ranks need together: per rank the float32
+    weights, gradients, DDP's bucket copies and the optimizer's state (4 copies), and the
+    activations of the largest batch kept for backward (2 copies per layer)."""
+    widths = [cfg.in_features, *cfg.hidden, 1]
+    params = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+    batch = max(cfg.global_batch, cfg.per_rank_batch)
+    activations = batch * sum(widths)
+    return max(cfg.world_sizes) * 4 * (4 * params + 2 * activations)
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on Linux: no check
+        return 0
+
+
 def check_devices(cfg: InvestigateConfig) -> None:
     """More ranks than devices is an error on CUDA (ranks would share GPUs); on CPU, more than
-    ``CPU_RANKS_PER_CORE`` ranks per usable core is refused before any process starts."""
+    ``CPU_RANKS_PER_CORE`` ranks per usable core, or a model and batch whose floor of
+    :func:`cpu_bytes_needed` exceeds the machine's memory, is refused before any process
+    starts."""
     if cfg.device != "cuda":
         try:
             cores = len(os.sched_getaffinity(0))
@@ -193,6 +217,14 @@ def check_devices(cfg: InvestigateConfig) -> None:
                 f"world size {max(cfg.world_sizes)} would start {max(cfg.world_sizes)} gloo "
                 f"processes on {cores} CPU cores (limit {limit}, {CPU_RANKS_PER_CORE} per core); "
                 "drop the larger sizes or run them on a machine with more cores"
+            )
+        need, have = cpu_bytes_needed(cfg), _physical_memory()
+        if have and need > have:
+            raise InvestigationError(
+                f"--in-features {cfg.in_features}, --hidden {','.join(map(str, cfg.hidden))} and "
+                f"the batches need about {need / 2**30:.1f} GiB at world size "
+                f"{max(cfg.world_sizes)}; this machine has {have / 2**30:.1f} GiB: shrink the "
+                "model or the batch (a rank would otherwise die of MemoryError mid-run)"
             )
         return
     import torch

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -26,6 +27,17 @@ from typing import Any
 from reference_impls.tracking.errors import TrackingError
 
 DAY = 86_400.0
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0 (a duration or grace): a bad one is a usage error, exit 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:
@@ -77,9 +89,7 @@ def _backend(args: argparse.Namespace) -> Any:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from reference_impls.tracking.server import create_app
+    from reference_impls.tracking.server import create_app, serve
 
     backend = _backend(args)
     print(
@@ -87,7 +97,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         f"(db {args.db}, artifacts {args.artifacts})",
         file=sys.stderr,
     )
-    uvicorn.run(create_app(backend), host=args.host, port=args.port, log_level="info")
+    serve(create_app(backend), args.host, args.port, log_level="info")
     return 0
 
 
@@ -259,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", help="apply the policy to one project (collection is store-wide)")
     p.add_argument(
         "--keep-all-days",
-        type=float,
+        type=_non_negative,
         default=30.0,
         help="runs younger keep everything (default 30)",
     )
@@ -271,19 +281,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--delete-after-days",
-        type=float,
+        type=_non_negative,
         default=365.0,
         help="older runs are deleted (default 365)",
     )
     p.add_argument(
         "--soft-delete-grace-days",
-        type=float,
+        type=_non_negative,
         default=7.0,
         help="soft-deleted rows purged after (default 7)",
     )
     p.add_argument(
         "--upload-grace-s",
-        type=float,
+        type=_non_negative,
         default=3600.0,
         help="unreferenced bytes younger than this are kept (default 3600)",
     )
@@ -321,8 +331,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_store_paths(args: argparse.Namespace) -> None:
+    """--db and --artifacts checked before any command opens (or creates) them: a bad path is
+    a bad command line (exit 2), not a traceback from the driver or from mkdir."""
+    from reference_impls.tracking.artifacts import check_local_root
+    from reference_impls.tracking.db import check_sqlite_path
+
+    db = getattr(args, "db", None)
+    if db and "://" not in db:
+        check_sqlite_path(db)
+    elif db and db.startswith("sqlite:///"):
+        check_sqlite_path(db.removeprefix("sqlite:///"))
+    store = getattr(args, "artifacts", None)
+    if store and "://" not in store:
+        check_local_root(store)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "url", None):  # through a server, the local paths are not used
+        try:
+            _check_store_paths(args)
+        except TrackingError as exc:
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
     try:
         return int(args.func(args))
     except (TrackingError, ValueError) as exc:

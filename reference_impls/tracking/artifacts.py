@@ -468,10 +468,27 @@ def _open_part(path: Path) -> int:
     return os.open(path, flags, 0o644)
 
 
+def check_local_root(root: str | os.PathLike[str]) -> Path:
+    """``root`` if a local store can live there (it or its nearest existing ancestor is a
+    directory), else an ArtifactError naming the file in the way; nothing is created."""
+    p = Path(root)
+    if p.exists() and not p.is_dir():
+        raise ArtifactError(f"artifact store {str(p)!r} is a file, not a directory")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ArtifactError(
+                    f"artifact store {str(p)!r}: {str(parent)!r} is a file, not a directory"
+                )
+            break
+    return p
+
+
 class LocalArtifactStore:
     """Objects on a local filesystem (see the module docstring)."""
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        check_local_root(root)
         self.root = Path(root).resolve()
         self.objects = self.root / "objects"
         self.tmp = self.root / "tmp"

@@ -25,6 +25,8 @@ from reference_impls.tracking.metadata import (
     MetricPoint,
     RunInfo,
     RunStatus,
+    check_artifact_kind,
+    check_text,
 )
 from reference_impls.tracking.query import SearchPage, search_runs
 
@@ -48,7 +50,7 @@ def check_artifact_name(name: str) -> str:
             f"artifact name {name!r} must be a relative path like 'checkpoints/best.pt' "
             "without '.', '..', empty parts, backslashes or NUL"
         )
-    return name
+    return check_text(name, "artifact name")
 
 
 class EmbeddedBackend:
@@ -124,6 +126,7 @@ class EmbeddedBackend:
     ) -> ArtifactRef:
         """Upload (or find) the bytes, then commit the reference (module docstring)."""
         name = check_artifact_name(name or Path(path).name)
+        check_artifact_kind(kind)  # before the bytes are stored: a refused call stores nothing
         if not Path(path).is_file():
             raise ArtifactError(f"{path} is not a file; log_artifact takes one file")
         intent: list[int] = []
@@ -162,5 +165,13 @@ class EmbeddedBackend:
     def add_edges(self, edges: Iterable[tuple[str, str, str]]) -> None:
         self.meta.add_edges(edges)
 
-    def lineage(self, node: str, direction: str = "backward") -> Graph:
-        return lineage(self.meta, node, direction=direction)
+    def lineage(
+        self, node: str, direction: str = "backward", *, projects: Iterable[str] | None = None
+    ) -> Graph:
+        """The lineage graph; ``projects`` scopes it to what their members may see."""
+        return lineage(
+            self.meta,
+            node,
+            direction=direction,
+            projects=None if projects is None else set(projects),
+        )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 __all__ = [
+    "check_sqlite_path",
     "current_revision",
     "downgrade",
     "head_revision",
@@ -56,6 +57,41 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     )
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _first_non_directory(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` that is not a directory, or None."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def check_sqlite_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` if a SQLite database can live there, else a TrackingError saying why.
+
+    Checked before anything is created, so that a bad path leaves no directory behind and
+    fails with its name instead of the driver's "unable to open database file"."""
+    from reference_impls.tracking.errors import TrackingError
+
+    p = Path(path)
+    blocker = _first_non_directory(p)
+    if blocker is not None:
+        raise TrackingError(f"database {str(p)!r}: {str(blocker)!r} is a file, not a directory")
+    if p.is_dir():
+        raise TrackingError(f"database {str(p)!r} is a directory; give a file path in it")
+    if p.exists():
+        try:
+            with p.open("rb") as f:
+                head = f.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise TrackingError(f"database {str(p)!r} cannot be read: {exc.strerror}") from None
+        if head and head != SQLITE_HEADER[: len(head)]:
+            raise TrackingError(f"database {str(p)!r} exists and is not a SQLite database")
+    return p
+
+
 def _sqlite_setup(engine: Engine, *, immediate: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -80,6 +116,7 @@ def open_engine(url: str | os.PathLike[str], *, migrate_schema: bool = True) -> 
     if full.startswith("sqlite"):
         path = full.removeprefix("sqlite:///")
         if path and path != ":memory:":
+            check_sqlite_path(path)
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(full, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         _sqlite_setup(engine)

@@ -60,7 +60,10 @@ __all__ = [
     "RunStatus",
     "check_key",
     "check_metric",
+    "check_artifact_kind",
+    "check_git_commit",
     "check_param",
+    "check_text",
 ]
 
 KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]{0,249}")
@@ -132,6 +135,30 @@ def check_key(key: object, what: str = "key") -> str:
     return key
 
 
+def check_text(value: str, what: str) -> str:
+    """``value`` if both databases can store it as text, else a TrackingError naming it.
+
+    A lone surrogate (``"\\udcff"``: valid JSON, valid Python, not encodable as UTF-8) fails
+    in every driver, and PostgreSQL refuses NUL in text while SQLite stores it: refusing both
+    here gives one answer on both backends instead of a driver's error from one of them."""
+    if "\x00" in value:
+        raise TrackingError(f"{what} {_clip(value)} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TrackingError(
+            f"{what} {_clip(value)} contains {value[exc.start]!r} at position {exc.start}, "
+            "a lone surrogate that is not Unicode text (was it decoded with "
+            "errors='surrogateescape'?)"
+        ) from None
+    return value
+
+
+def _clip(value: str) -> str:
+    """A readable, bounded excerpt of a bad value for a message (ASCII repr, never raw)."""
+    return ascii(value[:60]) + ("..." if len(value) > 60 else "")
+
+
 def check_param(key: str, value: object) -> tuple[str, float | None, str | None]:
     """(kind, num_value, str_value) for one param, or a TrackingError naming it."""
     check_key(key, "param name")
@@ -156,10 +183,36 @@ def check_param(key: str, value: object) -> tuple[str, float | None, str | None]
                 f"param {key} is {len(value)} characters long (limit {MAX_STR_PARAM}); "
                 "log long text as an artifact"
             )
-        return "str", None, value
+        return "str", None, check_text(value, f"param {key}")
     raise TrackingError(
         f"param {key} has type {type(value).__name__}; params are numbers, booleans or strings"
     )
+
+
+def check_git_commit(commit: object) -> str:
+    """A commit as runs store it (<= 64 characters) and lineage names it (``code:<commit>``)."""
+    from reference_impls.tracking.lineage import check_node
+
+    if not isinstance(commit, str) or not 1 <= len(commit) <= 64:
+        raise TrackingError(f"git_commit must be 1-64 characters, got {_clip(str(commit))}")
+    check_node(f"code:{commit}")
+    return commit
+
+
+KIND_RE = re.compile(r"[A-Za-z0-9_.\-]{1,32}")
+
+
+def check_artifact_kind(kind: object) -> str:
+    if not isinstance(kind, str) or not KIND_RE.fullmatch(kind):
+        raise TrackingError(
+            f"artifact kind {kind!r} must be 1-32 letters, digits, '_', '.', '-' "
+            "(checkpoint, model, dataset, file, report...)"
+        )
+    return kind
+
+
+def _is_run_id(run_id: object) -> bool:
+    return isinstance(run_id, str) and re.fullmatch(r"[0-9a-f]{32}", run_id) is not None
 
 
 def _param_value(kind: str, num: float | None, text: str | None) -> Any:
@@ -319,12 +372,28 @@ class MetadataStore:
         """Insert a run with its params and tags in one transaction; returns its id."""
         rows = [(k, *check_param(k, v)) for k, v in (params or {}).items()]
         tag_rows = self._check_tags(tags or {})
-        pid = self.project_id(project)
         rid = run_id or uuid.uuid4().hex
-        if not re.fullmatch(r"[0-9a-f]{32}", rid):
+        if not isinstance(rid, str) or not re.fullmatch(r"[0-9a-f]{32}", rid):
             raise TrackingError(f"run id {rid!r} is not 32 lowercase hex digits")
-        if name is not None and (not isinstance(name, str) or len(name) > 200):
-            raise TrackingError(f"run name must be a string of <= 200 characters, got {name!r}")
+        if name is not None:
+            if not isinstance(name, str) or len(name) > 200:
+                raise TrackingError(f"run name must be a string of <= 200 characters, got {name!r}")
+            check_text(name, "run name")
+        if git_commit is not None:
+            check_git_commit(git_commit)
+        env_text = None
+        if environment is not None:
+            try:  # JSON escapes NUL and surrogates, so any JSON-able mapping stores as text
+                env_text = json.dumps(environment, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TrackingError(f"run environment is not JSON-serializable: {exc}") from None
+        if created_at is not None and (
+            isinstance(created_at, bool)
+            or not isinstance(created_at, int | float)
+            or not math.isfinite(created_at)
+        ):
+            raise TrackingError(f"created_at must be a finite UNIX time, got {created_at!r}")
+        pid = self.project_id(project)  # last: a refused run creates no project
         with self.engine.begin() as conn:
             # The driver's (execute)many straight away, as for metric points: SQLAlchemy's
             # per-row statement building costs more than the inserts (values are checked
@@ -341,7 +410,7 @@ class MetadataStore:
                     RunStatus.RUNNING.value,
                     time.time() if created_at is None else created_at,
                     git_commit,
-                    None if environment is None else json.dumps(environment),
+                    env_text,
                 ),
             )
             if rows:
@@ -369,7 +438,7 @@ class MetadataStore:
                     f"tag {k} must be a string of <= {MAX_STR_PARAM} characters, got "
                     f"{type(v).__name__} {str(v)[:40]!r}"
                 )
-            out.append((k, v))
+            out.append((k, check_text(v, f"tag {k}")))
         return out
 
     def _require_run(self, conn: Any, run_id: str) -> Any:
@@ -384,6 +453,10 @@ class MetadataStore:
         rows = self._check_tags(tags)
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
+            if not rows:
+                # An empty executemany inserts one row of NULLs (SQLAlchemy), an
+                # IntegrityError on the primary key: no tags is nothing to write.
+                return
             stmt = _insert(self.engine, Tag)
             stmt = stmt.on_conflict_do_update(
                 index_elements=["run_id", "key"], set_={"value": stmt.excluded.value}
@@ -398,7 +471,12 @@ class MetadataStore:
     ) -> None:
         """End a run, writing its last buffered ``points`` in the same transaction (a run's
         final flush and its end are one commit, not two)."""
-        status = RunStatus(status)
+        try:
+            status = RunStatus(status)
+        except ValueError:  # a bare ValueError was a 500 over HTTP
+            raise TrackingError(
+                f"run status {_clip(str(status))} is not one of finished, failed, killed"
+            ) from None
         if status is RunStatus.RUNNING:
             raise TrackingError("end_run needs a final status: finished, failed or killed")
         for p in points:
@@ -467,6 +545,7 @@ class MetadataStore:
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float, float]]:
         """[(step, value, ts)] in step order."""
+        check_key(key, "metric name")
         with self.read_engine.connect() as conn:
             rows = conn.execute(
                 select(Metric.step, Metric.value, Metric.ts)
@@ -531,6 +610,8 @@ class MetadataStore:
         return [by_id[i] for i in run_ids if i in by_id]
 
     def run_project(self, run_id: str) -> str:
+        if not _is_run_id(run_id):
+            raise NotFoundError(f"no run with id {_clip(str(run_id))}")
         with self.read_engine.connect() as conn:
             name = conn.scalar(
                 select(Project.name).join(Run, Run.project_id == Project.id).where(Run.id == run_id)
@@ -569,6 +650,8 @@ class MetadataStore:
         upload_id: int | None = None,
     ) -> ArtifactRef:
         """Commit the reference (and drop the upload intent) once the bytes are stored."""
+        check_text(name, "artifact name")
+        check_artifact_kind(kind)
         now = time.time()
         with self.engine.begin() as conn:
             run = self._require_run(conn, run_id)
@@ -607,6 +690,7 @@ class MetadataStore:
             return [_ref(a) for a in conn.execute(stmt)]
 
     def artifact(self, run_id: str, name: str) -> ArtifactRef:
+        check_text(name, "artifact name")
         with self.read_engine.connect() as conn:
             a = conn.execute(
                 select(Artifact.__table__).where(
@@ -727,12 +811,13 @@ class MetadataStore:
 
     # ------------------------------------------------------------------ lineage edges
     def add_edges(self, edges: Iterable[tuple[str, str, str]]) -> None:
-        from reference_impls.tracking.lineage import check_node
+        from reference_impls.tracking.lineage import check_node, check_relation
 
         rows = []
         for src, dst, relation in edges:
             check_node(src)
             check_node(dst)
+            check_relation(relation)
             if src == dst:
                 raise TrackingError(f"a lineage edge from {src!r} to itself is not allowed")
             rows.append({"src": src, "dst": dst, "relation": relation, "created_at": time.time()})

@@ -282,7 +282,15 @@ def compile_query(
             ]
             on = and_(alias.run_id == Run.id, alias.key == f.name)
             if f.scope == "params":
-                on = and_(on, alias.kind == "num")
+                # A param is a number (or boolean, 0/1) or a text, per run: numbers order
+                # before texts, each among themselves, and runs without it last.
+                stmt = stmt.outerjoin(alias, on)
+                order_cols += [alias.kind.is_(None), alias.str_value.is_not(None)]
+                for c in (alias.num_value, alias.str_value):
+                    order_cols.append(c.desc() if o.descending else c.asc())
+                if n == len(q.order) - 1:
+                    order_cols.append(Run.id.desc() if o.descending else Run.id.asc())
+                continue
             if needed:
                 stmt = stmt.join(alias, on)
                 col = value
@@ -311,6 +319,9 @@ def compile_query(
     return stmt.order_by(*order_cols).offset(offset).limit(limit)
 
 
+MAX_OFFSET = 2**53  # far beyond any project's runs; within both databases' 64-bit OFFSET
+
+
 def _digest(q: Query) -> str:
     return hashlib.sha256(to_text(Query(q.where, q.order, q.limit)).encode()).hexdigest()[:16]
 
@@ -328,8 +339,9 @@ def _read_token(token: str, q: Query) -> int:
         raise FilterError(f"page token {token[:40]!r} is not one this server gave out") from None
     if digest != _digest(q):
         raise FilterError("page token belongs to a different query; start again without it")
-    if offset < 0:
-        raise FilterError("page token has a negative offset")
+    if not 0 <= offset <= MAX_OFFSET:
+        # Edited by hand: an offset past a 64-bit integer overflows both drivers.
+        raise FilterError(f"page token offset {offset} is out of range (0 to {MAX_OFFSET})")
     return offset
 
 

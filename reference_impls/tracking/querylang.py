@@ -183,6 +183,13 @@ class _Parser:
             )
         if "\x00" in text:
             raise FilterError("filter contains a NUL character")
+        bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
+        if bad is not None:  # not UTF-8 encodable: every driver fails on it
+            raise FilterError(
+                f"filter contains {text[bad]!r} at position {bad}, a lone surrogate that is "
+                "not Unicode text",
+                bad,
+            )
         self.text = text
         self.toks = _tokenize(text)
         self.i = 0

@@ -20,7 +20,7 @@ from typing import Any
 
 from reference_impls.tracking.client import Tracker
 from reference_impls.tracking.errors import TrackingError
-from reference_impls.tracking.metadata import RunStatus
+from reference_impls.tracking.metadata import RunStatus, check_metric
 
 __all__ = ["import_report"]
 
@@ -28,7 +28,10 @@ FILES = ("report.json", "junit.xml", "summary.md")
 
 
 def _key(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.\-/]", "_", text) or "_"
+    """``text`` as a metric name part: odd characters as '_', never a leading digit or dot
+    (a metric name starts with a letter or '_')."""
+    key = re.sub(r"[^A-Za-z0-9_.\-/]", "_", text) or "_"
+    return key if key[0].isalpha() or key[0] == "_" else "_" + key
 
 
 def import_report(tracker: Tracker, directory: str | Path, *, project: str = "harness") -> str:
@@ -45,8 +48,14 @@ def import_report(tracker: Tracker, directory: str | Path, *, project: str = "ha
         ) from None
     except ValueError as exc:
         raise TrackingError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(report, dict) or "tests" not in report:
+    if not isinstance(report, dict) or not isinstance(report.get("tests"), list):
         raise TrackingError(f"{path} is not a harness JSON report (no 'tests' list)")
+    bad = next((i for i, t in enumerate(report["tests"]) if not isinstance(t, dict)), None)
+    if bad is not None:
+        raise TrackingError(
+            f"{path}: tests[{bad}] is {type(report['tests'][bad]).__name__}, not an object "
+            "with 'outcome' and 'tier'"
+        )
     try:
         started = dt.datetime.fromisoformat(str(report["started"])).timestamp()
     except (KeyError, ValueError):
@@ -56,7 +65,7 @@ def import_report(tracker: Tracker, directory: str | Path, *, project: str = "ha
     for test in report["tests"]:
         outcome = str(test.get("outcome", "unknown"))
         overall[outcome] += 1
-        per_tier[f"{_key(test.get('tier') or 'untiered')}.{_key(outcome)}"] += 1
+        per_tier[f"{_key(str(test.get('tier') or 'untiered'))}.{_key(outcome)}"] += 1
     metrics: dict[str, float] = {f"tests_{_key(k)}": v for k, v in overall.items()}
     metrics["tests_total"] = sum(overall.values())
     metrics.update(per_tier)
@@ -67,6 +76,9 @@ def import_report(tracker: Tracker, directory: str | Path, *, project: str = "ha
         for k in ("seed", "deterministic", "ci", "hypothesis_profile")
         if isinstance(report.get(k), bool | int | float | str)
     }
+    for key, value in metrics.items():
+        # Checked before the run exists: a bad value must not leave a run half imported.
+        check_metric(key, value, 0)
     exit_status = report.get("exit_status")
     env = report.get("environment") if isinstance(report.get("environment"), dict) else None
     commit = None

@@ -22,6 +22,7 @@ objects no row references (and partial uploads) once they are older than the upl
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -200,6 +201,14 @@ def collect(
     """Purge rows soft-deleted over ``soft_delete_grace_s`` ago, then delete objects that no
     row references and that are older than ``upload_grace_s`` (uploads in flight are younger
     or hold an upload intent). With ``dry_run`` nothing changes; the report says what would."""
+    for name, value in (
+        ("soft_delete_grace_s", soft_delete_grace_s),
+        ("upload_grace_s", upload_grace_s),
+    ):
+        # A negative grace puts the cutoff in the future: every soft-deleted row and every
+        # upload still in flight would be collected at once (NaN: comparisons all false).
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     now = time.time() if now is None else now
     report = GcReport(dry_run=dry_run)
     if not dry_run:

@@ -17,15 +17,19 @@ table with a filter box, a metric chart drawn as inline SVG, and the lineage of 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import socket
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
@@ -38,10 +42,9 @@ from reference_impls.tracking.errors import (
     PermissionDeniedError,
     TrackingError,
 )
-from reference_impls.tracking.lineage import Graph
-from reference_impls.tracking.metadata import MetricPoint
+from reference_impls.tracking.metadata import ArtifactRef, MetricPoint
 
-__all__ = ["ServerThread", "create_app"]
+__all__ = ["ServerThread", "create_app", "serve"]
 
 WEB = Path(__file__).with_name("web") / "index.html"
 MAX_BATCH = 100_000  # metric points per request
@@ -79,6 +82,24 @@ class EdgesIn(BaseModel):
     edges: list[tuple[str, str, str]]
 
 
+def _public(ref: ArtifactRef) -> dict[str, Any]:
+    """An artifact reference as clients see it: ``uri`` is where the server serves the bytes,
+    not where it stores them (a ``file://`` path or bucket key is the server's layout)."""
+    out = ref.to_dict()
+    out["uri"] = f"/api/runs/{ref.run_id}/artifacts/{quote(ref.name)}"
+    return out
+
+
+def _printable(value: Any) -> Any:
+    """``value``, or its ASCII escape when it is text that UTF-8 cannot encode."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return ascii(value)[1:-1]
+    return value
+
+
 class _Unauthorized(Exception):
     pass
 
@@ -114,6 +135,21 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
         elif isinstance(exc, IntegrityError):
             code = 409
         return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes each bad input back; a lone surrogate in it (valid in
+        # JSON as "\\udcff") cannot be encoded as UTF-8, and the 422 became a 500. The field's
+        # location and the reason are what the caller needs; both are made printable.
+        detail = [
+            {
+                "loc": [_printable(p) for p in e.get("loc", ())],
+                "msg": _printable(e.get("msg", "")),
+                "type": _printable(e.get("type", "")),
+            }
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(_Unauthorized)
     def _unauthorized(_request: Request, exc: _Unauthorized) -> JSONResponse:
@@ -186,7 +222,7 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
         run_project(u, run_id, Permission.SEE)
         info = backend.get_run(run_id).to_dict()
         info["metric_keys"] = meta.metric_keys(run_id)
-        info["artifacts"] = [a.to_dict() for a in backend.artifacts(run_id)]
+        info["artifacts"] = [_public(a) for a in backend.artifacts(run_id)]
         return info
 
     @app.post("/api/runs/{run_id}/metrics", summary="write")
@@ -225,7 +261,7 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
     @app.get("/api/runs/{run_id}/artifacts", summary="see")
     def list_artifacts(run_id: str, u: CurrentUser) -> dict[str, Any]:
         run_project(u, run_id, Permission.SEE)
-        return {"artifacts": [a.to_dict() for a in backend.artifacts(run_id)]}
+        return {"artifacts": [_public(a) for a in backend.artifacts(run_id)]}
 
     @app.put("/api/runs/{run_id}/artifacts/{name:path}", summary="write")
     async def put_artifact(
@@ -250,7 +286,7 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
             )
         finally:
             os.unlink(tmp)
-        return ref.to_dict()
+        return _public(ref)
 
     @app.get("/api/runs/{run_id}/artifacts/{name:path}", summary="download")
     def get_artifact(run_id: str, name: str, u: CurrentUser) -> FileResponse:
@@ -292,51 +328,65 @@ def create_app(backend: EmbeddedBackend) -> FastAPI:
     ) -> Any:
         if format not in ("json", "dot"):
             raise TrackingError(f"format must be json or dot, got {format!r}")
-        graph = backend.lineage(node, direction)
-        graph = _visible(graph, u)
-        if node not in graph.nodes:
-            raise NotFoundError(f"lineage node {node!r} has no edges and names nothing stored")
+        scope = None if u.is_admin else access.visible_projects(u)
+        graph = backend.lineage(node, direction, projects=scope)
         if format == "dot":
             return PlainTextResponse(graph.to_dot(), media_type="text/vnd.graphviz")
         return graph.to_dict()
 
-    def _visible(graph: Graph, u: UserInfo) -> Graph:
-        """The graph without runs (and artifacts only they hold) the user may not see."""
-        if u.is_admin:
-            return graph
-        seen = set(access.visible_projects(u))
-        hidden = set()
-        for n in graph.nodes:
-            if n.startswith("run:"):
-                try:
-                    if meta.run_project(n[4:]) not in seen:
-                        hidden.add(n)
-                except NotFoundError:
-                    hidden.add(n)
-        for n in graph.nodes:
-            if n.startswith("artifact:"):
-                producers = {s for s, d, _ in graph.edges if d == n and s.startswith("run:")}
-                if producers and producers <= hidden:
-                    hidden.add(n)
-        out = Graph(graph.root, graph.direction)
-        out.nodes = {k: v for k, v in graph.nodes.items() if k not in hidden}
-        out.edges = [e for e in graph.edges if e[0] not in hidden and e[1] not in hidden]
-        return out
-
     return app
+
+
+_SECRET_QUERY = re.compile(r"(?i)((?:^|[?&;])(?:access_)?token=)[^&;#\s]*")
+
+
+class _RedactTokens(logging.Filter):
+    """Blanks ``token=`` values in uvicorn's access log lines. The server refuses tokens in
+    the URL, but a refused request is still logged, and a log file outlives the token's
+    secrecy (it is copied, shipped and read by people without access)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _SECRET_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a
+                for a in record.args
+            )
+        if isinstance(record.msg, str):
+            record.msg = _SECRET_QUERY.sub(r"\1[redacted]", record.msg)
+        return True
+
+
+def redact_access_log() -> None:
+    """Install the filter on uvicorn's access logger (once; call after uvicorn configured
+    logging, which it does when a ``uvicorn.Config`` is made)."""
+    log = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _RedactTokens) for f in log.filters):
+        log.addFilter(_RedactTokens())
+
+
+def serve(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> None:
+    """Serve ``app`` in this thread until interrupted, with tokens kept out of the log."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+    redact_access_log()
+    uvicorn.Server(config).run()
 
 
 class ServerThread:
     """uvicorn serving ``app`` on a socket bound here (port 0 = a free port), in a thread."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning"
+    ) -> None:
         import uvicorn
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = self.sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        config = uvicorn.Config(app, log_level=log_level, lifespan="off")
+        redact_access_log()
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True

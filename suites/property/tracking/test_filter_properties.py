@@ -237,8 +237,17 @@ def _sort_key(run, orders):
         if f.scope == "metrics":
             v = run.metrics.get(f.name)
         elif f.scope == "params":
+            # Numbers (booleans as 0/1) before texts, each in the order asked; missing last.
             raw = run.params.get(f.name)
-            v = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+            if raw is None:
+                key.append((True, 0, 0))
+            elif isinstance(raw, str):
+                # Descending text: code points negated, and a sentinel above every negated
+                # one so that a prefix sorts after its extensions ("ab" before "a").
+                key.append((False, 1, (*(-ord(c) for c in raw), 1) if o.descending else raw))
+            else:
+                key.append((False, 0, -float(raw) if o.descending else float(raw)))
+            continue
         elif f.name == "created":
             v = run.created_at
         else:
@@ -263,6 +272,8 @@ def _sort_key(run, orders):
             (Order(Field("metrics", "acc"), True),),
             (Order(Field("metrics", "loss"), False),),
             (Order(Field("params", "lr"), False),),
+            (Order(Field("params", "lr"), True),),
+            (Order(Field("params", "opt"), True),),
             (Order(Field("attr", "created"), True),),
         ]
     ),

@@ -35,6 +35,16 @@ SIM = ["simulate", "--workers", "3", "--updates", "30"]
         ),
         # numpy's own refusal did not say which value.
         (["--seed", "-1"], "seed must be an int >= 0, got -1"),
+        # Refused by the parameter server only after the run directory had been made.
+        (["--lr", "0"], "lr must be > 0, got 0.0"),
+        (["--lr", "nan"], "lr must be > 0, got nan"),
+        (["--control", "--lr", "-1"], "lr must be > 0, got -1.0"),
+        # Past float32's range torch refused the step mid-run (a RuntimeError traceback).
+        (["--lr", "1e308"], "lr must be > 0, got 1e+308 (at most 3.403e+38"),
+        (["--policy", "alpha-over-s", "--alpha", "1e308"], "alpha must be a finite number > 0"),
+        (["--stragglers", "1", "--stall-every-ms", "1e308"], "stall_every_ms must be a finite"),
+        # Fewer samples than workers: an empty shard, a RuntimeError from torch.randint.
+        (["--samples", "2"], "samples must be >= workers (3)"),
     ],
 )
 def test_bad_simulate_options_are_refused_before_anything_is_written(
@@ -43,6 +53,14 @@ def test_bad_simulate_options_are_refused_before_anything_is_written(
     out = tmp_path / "run"
     assert main([*SIM, *args, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("lr", ["0", "inf"])
+def test_bad_train_options_create_no_run_directory(lr, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--workers", "2", "--lr", lr, "--out", str(out)]) == 2
+    assert f"lr must be > 0, got {float(lr)!r}" in capsys.readouterr().err
     assert not out.exists()
 
 

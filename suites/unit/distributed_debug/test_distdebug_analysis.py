@@ -253,3 +253,38 @@ def test_a_dead_ranks_short_window_does_not_hide_an_earlier_divergence_of_the_ot
     report = analyze([dump(0, r0, 3), dump(1, r1, 3), dead])
     assert (report.primary.kind, report.primary.seq) == (Kind.OP_MISMATCH, 2)
     assert any(f.kind is Kind.DEAD_RANK and f.ranks == [2] for f in report.findings)
+
+
+def test_c_a_skip_is_read_from_every_majority_rank_not_only_the_lowest():
+    # Each step: broadcast (root 2) at line 11, all_reduce at line 12. Rank 1 swallowed an
+    # exception and skipped step 1's broadcast: its all_reduce paired with the others'
+    # broadcast and it went on to the next step's broadcast. Rank 0 is stuck in the broadcast
+    # (nothing past it); rank 2, the root, got through it and its next call is rank 1's.
+    def bc(seq, done=True):
+        return rec(seq, "broadcast", line=11, peer=2, done=done)
+
+    def ar(seq, done=True):
+        return rec(seq, "all_reduce", line=12, done=done)
+
+    r0 = [bc(0), ar(1), bc(2, done=False)]
+    r1 = [bc(0), ar(1), ar(2), bc(3, done=False)]
+    r2 = [bc(0), ar(1), bc(2), ar(3, done=False)]
+    f = analyze([dump(0, r0, 3), dump(1, r1, 3), dump(2, r2, 3)]).primary
+    assert (f.kind, f.seq, f.ranks, f.others) == (Kind.SKIPPED_OR_EXTRA, 2, [1], [0, 2])
+    assert "rank 1 skipped 1 collective" in f.summary, f.summary
+    assert "broadcast" in f.summary.split("Missing on rank 1:")[1]
+    assert "extra" not in f.summary and not any("check_equal_steps" in d for d in f.details)
+
+
+def test_e_a_rank_that_exits_with_an_error_is_not_also_named_as_waiting():
+    # Rank 1's call raised and it exited; rank 0's pending call then raised too (its peer
+    # closed the connection): neither is waiting, and rank 1 is the one that left.
+    r0 = seq_of(("all_reduce", 10), ("all_reduce", 11))
+    r0[1].error = "RuntimeError: Connection closed by peer"
+    r1 = seq_of(("all_reduce", 10), ("all_reduce", 11))
+    r1[1].error = "ValueError: bad batch"
+    report = analyze([dump(0, r0, 2), dump(1, r1, 2, state=RankState.EXITED)])
+    f = report.primary
+    assert (f.kind, f.ranks) == (Kind.DEAD_RANK, [1]), format_report(report)
+    assert "rank 1 exited" in f.summary and "while rank 1" not in f.summary, f.summary
+    assert "while rank 0 waited" in f.summary and 1 not in f.others

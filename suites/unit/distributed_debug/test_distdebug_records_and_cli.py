@@ -175,3 +175,38 @@ def test_demo_refuses_bad_arguments_before_joining_a_group(monkeypatch, capsys, 
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ('"world_size":2', '"world_size":10000000000', "world size 10000000000 is past"),
+        ('"published_at":1010.0', '"published_at":NaN', "a time of nan s"),
+        ('"t_issue":1000.0', '"t_issue":Infinity', "a time of inf s"),
+    ],
+)
+def test_dumps_whose_numbers_no_job_has_are_refused(field, value, message):
+    # A world size of 10**10 made the report loop over 10**10 ranks (a hang, not an error).
+    text = _dump(1).dumps().replace(" ", "")
+    assert field in text
+    with pytest.raises(RecordsError, match=message):
+        parse_dump(text.replace(field, value), "/runs/x/rank1.json")
+
+
+def test_a_jump_in_sequence_numbers_is_not_walked_one_number_at_a_time(monkeypatch):
+    from reference_impls.distributed_debug import analysis
+
+    calls = 0
+    rec = analysis._Group.rec
+
+    def counting(self, rank, seq):
+        nonlocal calls
+        calls += 1
+        return rec(self, rank, seq)
+
+    monkeypatch.setattr(analysis._Group, "rec", counting)
+    a, b = _dump(0), _dump(1, pending_op="broadcast")
+    b.records[1].seq = 10**6  # the counter jumped (or the file was edited)
+    report = analysis.analyze([a, b])
+    assert report.findings
+    assert calls < 1_000  # one visit per recorded number, not per integer in the gap

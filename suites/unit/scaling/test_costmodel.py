@@ -102,3 +102,36 @@ def test_bad_links_and_world_sizes_are_named():
     work, link = seeds_example()
     with pytest.raises(ValueError, match="world sizes must be >= 1"):
         project(work, link, (0, 8))
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((4, -10), {}, "nbytes must be an integer >= 0, got -10"),
+        ((4, 10), {"beta_Bps": 0.0}, "beta_Bps must be a finite number of bytes/s > 0, got 0.0"),
+        ((4, 10), {"alpha_s": float("nan")}, "alpha_s must be a finite number of s >= 0"),
+        ((4, 10), {"alpha_s": -1e-6}, "alpha_s must be a finite number of s >= 0"),
+        ((4, 10), {"buckets": 0}, "buckets must be an integer >= 1, got 0"),
+        ((0, 10), {}, "world sizes must be >= 1"),
+        ((2**53 + 1, 10), {}, "at most 2[*][*]53"),
+    ],
+)
+def test_ring_time_refuses_what_no_link_or_message_has(args, kwargs, message):
+    # A negative size used to give a negative time, beta 0 a ZeroDivisionError.
+    with pytest.raises(ValueError, match=message):
+        ring_allreduce_s(*args, **{"alpha_s": 1e-5, "beta_Bps": 1e9, **kwargs})
+
+
+def test_a_trillion_ranks_cost_the_same_as_eight():
+    # The per-rank chunk arrays of the collectives' cost model made this a 7 TiB allocation.
+    world = 10**12
+    t = ring_allreduce_s(world, 2**30, alpha_s=1e-5, beta_Bps=1e10, buckets=40)
+    assert t == pytest.approx(40 * 2 * (world - 1) * 1e-5 + 2 * (world - 1) / world * 2**30 / 1e10)
+    work, link = seeds_example()
+    p8, big = project(work, link, (8, world))
+    assert big.world == world and big.comm_s > p8.comm_s and 0 < big.efficiency < p8.efficiency
+    big_buckets = Workload(
+        fixed_s=0.1, per_sample_s=1e-3, grad_bytes=2**30, buckets=10**15, batch=8
+    )
+    (p,) = project(big_buckets, link, (8,))  # one loop iteration per bucket used to run here
+    assert p.exposed_comm_s <= p.comm_s

@@ -44,6 +44,7 @@ def run(args):
         (["--hang-at-step", "-2"], "hang_at_step must be >= 0, got -2"),
         (["--timeout-s", "inf"], "timeout_s must be a finite number > 0, got inf"),
         (["--project-worlds", "0,8"], "project worlds must be integers >= 1, got [0, 8]"),
+        (["--project-worlds", f"8,{2**60}"], f"got [8, {2**60}] (at most 2**53"),
         (["--gpus-per-node", "0"], "gpus-per-node must be >= 1, got 0"),
         (
             ["--link-alpha-us", "5", "--link-beta-GBps", "-1"],
@@ -55,6 +56,9 @@ def run(args):
         ),
         (["--inter-alpha-us", "5"], "give both --inter-alpha-us and --inter-beta-GBps"),
         (["--world-sizes", "1,100000", "--modes", "weak"], "would start 100000 gloo processes"),
+        # A model of 10**12 weights passed every check and died in the ranks (MemoryError).
+        (["--in-features", "1000000", "--hidden", "1000000"], "GiB at world size 2; this machine"),
+        (["--global-batch", str(2**40)], "GiB at world size 2; this machine"),
     ],
 )
 def test_bad_investigate_input_is_refused_before_anything_runs(args, message, tmp_path, capsys):
