@@ -23,7 +23,7 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import artifacts, env, flaky, mutate, perf, quarantine, reports, runs
+    from harness.cli import artifacts, env, flaky, history, mutate, perf, quarantine, reports, runs
 
     main.add_command(env.env)
     main.add_command(artifacts.artifacts)
@@ -34,6 +34,7 @@ def _register() -> None:
     for command in runs.COMMANDS:
         main.add_command(command)
     main.add_command(flaky.flaky_command)
+    main.add_command(history.history)
 
 
 _register()
