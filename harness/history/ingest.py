@@ -213,7 +213,7 @@ def from_junit(
             )
     fallback = Path(path).stat().st_mtime
     return RunRecord(
-        run_key=_digest(["junit", hashlib.sha256(data).hexdigest(), commit, runner]),
+        run_key=_digest(["junit", hashlib.sha256(data).hexdigest()]),
         started_at=min((_started(s, fallback) for s in stamps), default=fallback),
         source="junit",
         results=results,

@@ -36,6 +36,9 @@ non-strict xpass is not a failure of the test). Anything else (skipped) is no ev
 
 @dataclasses.dataclass(frozen=True)
 class TestResult:
+    """One test's result in one run."""
+
+    __test__ = False  # a data class, not a pytest test class
     nodeid: str
     outcome: str
     duration_s: float | None = None

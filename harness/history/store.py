@@ -42,8 +42,8 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     if text.startswith(("sqlite:///", "postgresql+psycopg://")):
         return text
     raise HistoryError(
-        f"unsupported history database URL {text!r}: use a file path or sqlite:///PATH for "
-        "SQLite, or postgresql://USER@HOST:PORT/DB for PostgreSQL"
+        f"unsupported history database URL {safe_url(text)!r}: use a file path or "
+        "sqlite:///PATH for SQLite, or postgresql://USER@HOST:PORT/DB for PostgreSQL"
     )
 
 
