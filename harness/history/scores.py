@@ -72,6 +72,7 @@ class Verdict(enum.StrEnum):
 
 
 _RANK = {v: i for i, v in enumerate(Verdict)}
+_LETTER = {Outcome.PASS: "P", Outcome.FAIL: "F", Outcome.SKIP: "s"}
 
 
 @dataclasses.dataclass
@@ -146,10 +147,18 @@ def score(
     nodeid: str, history: Sequence[Observation], *, min_runs: int = DEFAULT_MIN_RUNS
 ) -> Score:
     """The scores and verdict of one test from its outcomes over a window, oldest first."""
-    strip = "".join({"pass": "P", "fail": "F", "skip": "s"}[o.verdict] for o in history)
-    judged = [o for o in history if o.verdict is not Outcome.SKIP]
-    fails = [o for o in judged if o.verdict is Outcome.FAIL]
+    kinds = [Outcome.of(o.outcome) for o in history]
+    strip = "".join(_LETTER[k] for k in kinds)
+    judged = [o for o, k in zip(history, kinds, strict=True) if k is not Outcome.SKIP]
+    fails = [o for o, k in zip(history, kinds, strict=True) if k is Outcome.FAIL]
     n, f = len(judged), len(fails)
+    if not fails:
+        # Most tests never fail: answered without the seed, tree and runner bookkeeping.
+        if n >= min_runs:
+            note = f"failed 0 of {n} runs; failure rate below {3 / n:.1%} at 95%"
+            return Score(nodeid, Verdict.HEALTHY, n, 0, 0, 0, 0, [], n, [note], strip)
+        note = f"only {n} run(s) with an outcome; {min_runs} needed to call it healthy"
+        return Score(nodeid, Verdict.INSUFFICIENT, n, 0, 0, 0, 0, [], n, [note], strip)
     flips = sum(a.verdict is not b.verdict for a, b in zip(judged, judged[1:], strict=False))
 
     by_tree: dict[str, set[Outcome]] = defaultdict(set)
@@ -211,13 +220,6 @@ def score(
             strip,
             fails[-1] if fails else None,
         )
-
-    if f == 0:
-        if n >= min_runs:
-            evidence.append(f"failure rate below {3 / n:.1%} at 95% (no failure in {n} runs)")
-            return done(Verdict.HEALTHY)
-        evidence.append(f"only {n} run(s) with an outcome; {min_runs} needed to call it healthy")
-        return done(Verdict.INSUFFICIENT)
 
     if f == n:
         if n >= BROKEN_STREAK:

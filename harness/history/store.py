@@ -259,39 +259,48 @@ class Store:
         sa = _sqlalchemy()
         from harness.history.schema import Result, Run, Test
 
-        query = (
-            sa.select(
-                Test.nodeid,
-                Run.id,
-                Run.started_at,
-                Result.outcome,
-                Result.seed,
-                Run.tree,
-                Run.commit,
-                Run.runner,
-                Result.duration_s,
-            )
-            .join(Result, Result.test_id == Test.id)
-            .join(Run, Run.id == Result.run_id)
+        runs_q = sa.select(Run.id, Run.started_at, Run.tree, Run.commit, Run.runner).order_by(
+            Run.started_at.desc(), Run.id.desc()
         )
         if window is not None:
-            recent = (
-                sa.select(Run.id)
-                .order_by(Run.started_at.desc(), Run.id.desc())
-                .limit(window)
-                .scalar_subquery()
-            )
-            query = query.where(Run.id.in_(recent))
+            runs_q = runs_q.limit(window)
         out: dict[str, list[Observation]] = defaultdict(list)
         with self.engine.connect() as conn:
+            runs = {row[0]: tuple(row) for row in conn.execute(runs_q)}
+            if not runs:
+                return {}
+            # Columns, not ORM objects, and run details joined here rather than in SQL: a
+            # window is ~100,000 results, and per-row overhead would cost more than the query.
             if tests is None:
-                chunks: Iterable[Any] = [None]
+                names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
             else:
-                chunks = list(_chunks(sorted(set(tests))))
-            for chunk in chunks:
-                q = query if chunk is None else query.where(Test.nodeid.in_(chunk))
-                for nodeid, *rest in conn.execute(q):
-                    out[nodeid].append(Observation(*rest))
+                names = {}
+                for chunk in _chunks(sorted(set(tests))):
+                    names.update(
+                        conn.execute(
+                            sa.select(Test.id, Test.nodeid).where(Test.nodeid.in_(chunk))
+                        ).all()
+                    )
+            cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
+            queries = []
+            if tests is not None:
+                queries = [
+                    sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))
+                ]
+            elif window is not None:
+                queries = [
+                    sa.select(*cols).where(Result.run_id.in_(c)) for c in _chunks(list(runs))
+                ]
+            else:
+                queries = [sa.select(*cols)]
+            for q in queries:
+                for test_id, run_id, outcome, seed, duration in conn.execute(q):
+                    run = runs.get(run_id)
+                    if run is None:
+                        continue
+                    out[names[test_id]].append(
+                        Observation(run_id, run[1], outcome, seed, run[2], run[3], run[4], duration)
+                    )
         for obs in out.values():
             obs.sort(key=lambda o: (o.started_at, o.run_id))
         return dict(out)

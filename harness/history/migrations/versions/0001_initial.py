@@ -53,6 +53,7 @@ def upgrade() -> None:
         ),
         sa.ForeignKeyConstraint(["test_id"], ["tests.id"], name=op.f("fk_results_test_id_tests")),
         sa.PrimaryKeyConstraint("run_id", "test_id", name=op.f("pk_results")),
+        sqlite_with_rowid=False,
     )
     op.create_index("ix_results_test_run", "results", ["test_id", "run_id"], unique=False)
 
