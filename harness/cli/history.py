@@ -264,3 +264,47 @@ def _print_table(scores: list[sc.Score], show_all: bool, window: int, runs: int)
             f"{s.verdict:<15} {s.failures:>4}/{s.runs:<4} flips {s.flip_rate:4.0%}  {s.nodeid}"
         )
         click.echo(f"{'':16}{'; '.join(s.evidence)}")
+
+
+@history.command()
+@_db_option
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("reports/history/tests.html"),
+    show_default=True,
+    help="The page to write.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(1),
+    default=50,
+    show_default=True,
+    help="Show and score the last N runs.",
+)
+@click.option(
+    "--min-runs",
+    type=click.IntRange(1),
+    default=sc.DEFAULT_MIN_RUNS,
+    show_default=True,
+    help="Runs with an outcome below which a test without decisive evidence is 'insufficient'.",
+)
+def page(db: str | None, out: Path, window: int, min_runs: int) -> None:
+    """Write the tests page: a row per test with its verdict, outcome strip, rates, median
+    duration and the command that replays its last failure (one HTML file, no script)."""
+    from harness import atomic
+    from harness.history import page as _page
+
+    with _open(db) as store:
+        observed = store.observations(window)
+        runs = store.run_count()
+    scores = sorted(
+        (sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items()),
+        key=sc.Score.sort_key,
+    )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(out, _page.render(scores, observed, window=window, runs=runs))
+    except OSError as exc:
+        raise UsageProblem(f"{out}: cannot write the page ({exc.strerror or exc})") from None
+    click.echo(f"{out}: {len(scores)} test(s) over the last {min(window, runs)} run(s)")

@@ -92,6 +92,8 @@ class Observation:
     commit: str | None = None
     runner: str | None = None
     duration_s: float | None = None
+    run_seed: int | None = None
+    """The run's base seed: ``--harness-seed`` of the command that replays this run."""
 
     @property
     def verdict(self) -> Outcome:

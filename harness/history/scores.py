@@ -233,7 +233,7 @@ def score(
         if rate**tail_fails < BROKEN_CHANCE:
             evidence.append(
                 f"failed the last {tail_fails} runs in a row, since commit "
-                f"{judged[n - tail_fails].commit or '?'}"
+                f"{(judged[n - tail_fails].commit or '?')[:12]}"
             )
             return done(Verdict.BROKEN)
 
@@ -251,7 +251,8 @@ def score(
     if streak and f == n - first - streak and f >= BROKEN_STREAK and not same_seed:
         fixed_at = judged[n - streak]
         evidence.append(
-            f"failed {f} runs in a row, then passed {streak} since commit {fixed_at.commit or '?'}"
+            f"failed {f} runs in a row, then passed {streak} since commit "
+            f"{(fixed_at.commit or '?')[:12]}"
         )
         if streak >= min_runs:
             return done(Verdict.HEALTHY)

@@ -259,9 +259,9 @@ class Store:
         sa = _sqlalchemy()
         from harness.history.schema import Result, Run, Test
 
-        runs_q = sa.select(Run.id, Run.started_at, Run.tree, Run.commit, Run.runner).order_by(
-            Run.started_at.desc(), Run.id.desc()
-        )
+        runs_q = sa.select(
+            Run.id, Run.started_at, Run.tree, Run.commit, Run.runner, Run.seed
+        ).order_by(Run.started_at.desc(), Run.id.desc())
         if window is not None:
             runs_q = runs_q.limit(window)
         out: dict[str, list[Observation]] = defaultdict(list)
@@ -299,7 +299,9 @@ class Store:
                     if run is None:
                         continue
                     out[names[test_id]].append(
-                        Observation(run_id, run[1], outcome, seed, run[2], run[3], run[4], duration)
+                        Observation(
+                            run_id, run[1], outcome, seed, run[2], run[3], run[4], duration, run[5]
+                        )
                     )
         for obs in out.values():
             obs.sort(key=lambda o: (o.started_at, o.run_id))
