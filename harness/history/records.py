@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import NamedTuple
 
 __all__ = [
     "FAIL_OUTCOMES",
@@ -80,9 +81,9 @@ class Outcome(enum.StrEnum):
         return cls.SKIP
 
 
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    """One test in one run, with what the scores need of the run."""
+class Observation(NamedTuple):
+    """One test in one run, with what the scores need of the run (a named tuple: a window
+    holds ~100,000 of them, and a tuple is built several times faster than a data class)."""
 
     run_id: int
     started_at: float

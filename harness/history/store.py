@@ -282,19 +282,16 @@ class Store:
                         ).all()
                     )
             cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
-            queries = []
             if tests is not None:
                 queries = [
                     sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))
                 ]
-            elif window is not None:
-                queries = [
-                    sa.select(*cols).where(Result.run_id.in_(c)) for c in _chunks(list(runs))
-                ]
             else:
-                queries = [sa.select(*cols)]
+                # One query per run, oldest first: each test's list comes out in order, with
+                # no sort, and each query reads one contiguous key range.
+                queries = [sa.select(*cols).where(Result.run_id == r) for r in reversed(runs)]
             for q in queries:
-                for test_id, run_id, outcome, seed, duration in conn.execute(q):
+                for test_id, run_id, outcome, seed, duration in conn.execute(q).all():
                     run = runs.get(run_id)
                     if run is None:
                         continue
@@ -303,6 +300,7 @@ class Store:
                             run_id, run[1], outcome, seed, run[2], run[3], run[4], duration, run[5]
                         )
                     )
-        for obs in out.values():
-            obs.sort(key=lambda o: (o.started_at, o.run_id))
+        if tests is not None:
+            for obs in out.values():
+                obs.sort(key=lambda o: (o.started_at, o.run_id))
         return dict(out)
