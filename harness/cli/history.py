@@ -76,6 +76,11 @@ def import_(
         raise UsageProblem(str(exc)) from None
     with _open(db) as store:
         for path, record in zip(files, records, strict=True):
+            if record.status in ("aborted", "skipped"):
+                # A placeholder report (the run was interrupted, or the step was not run)
+                # holds no outcomes; CI artifacts often include one, so it is not an error.
+                click.echo(f"{path}: skipped: the report says the run was {record.status}")
+                continue
             added = store.append(record)
             what = f"{len(record.results)} result(s)"
             click.echo(f"{path}: {'appended ' + what if added else 'already in the history'}")

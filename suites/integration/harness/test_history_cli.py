@@ -32,7 +32,9 @@ OTHER_TOOL_JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), env={ENV_VAR: "", **(env or {})})
+    # The outer run's history and runner name (a CI runner sets RUNNER_NAME) never leak in.
+    clean: dict[str, str | None] = {ENV_VAR: None, "HARNESS_RUNNER": None, "RUNNER_NAME": None}
+    result = CliRunner().invoke(main, list(args), env={**clean, **(env or {})})
     return result.exit_code, result.output
 
 
@@ -66,6 +68,42 @@ def test_a_junit_file_from_another_tool_is_imported_once(tmp_path: Path) -> None
         "api.users::pages users": ["skipped"],
     }
     assert {o.seed for obs in observed.values() for o in obs} == {None}
+
+
+def test_harness_reports_are_imported_and_an_aborted_one_is_skipped(tmp_path: Path) -> None:
+    from harness import report as _report
+
+    finished = tmp_path / "a" / "report.json"
+    aborted = tmp_path / "b" / "report.json"
+    for path in (finished, aborted):
+        path.parent.mkdir()
+    finished.write_text(
+        json.dumps(
+            {
+                "started": "2026-12-01T10:00:00+00:00",
+                "seed": 42,
+                "status": "failed",
+                "environment": {"git_commit": None, "hostname": "box"},
+                "tests": [
+                    {"nodeid": "t.py::a", "outcome": "failed", "duration_s": 0.5, "seed": 7},
+                    {"nodeid": "t.py::b", "outcome": "quarantined", "seed": 8},
+                ],
+            }
+        )
+    )
+    aborted.write_text(json.dumps(_report.placeholder_json(_report.RunStatus.ABORTED, "Ctrl-C")))
+    db = str(tmp_path / "h.db")
+    code, out = _invoke("history", "import", str(finished), str(aborted), "--db", db)
+    assert code == 0
+    assert out.splitlines() == [
+        f"{finished}: appended 2 result(s)",
+        f"{aborted}: skipped: the report says the run was aborted",
+    ]
+    with open_store(db) as store:
+        observed = store.observations(None)
+    assert [(o.outcome, o.seed, o.run_seed, o.runner) for o in observed["t.py::a"]] == [
+        ("failed", 7, 42, "box")
+    ]
 
 
 @pytest.mark.parametrize(
