@@ -41,7 +41,7 @@ th { background: #f6f8fa; }
 .ev { color: #57606a; font-size: 12px; }
 code { font-size: 12px; background: #f6f8fa; padding: 1px 4px; }
 .num { text-align: right; white-space: nowrap; }
-"""
+""" + "".join(f".sq.{k} {{ background: {c}; }}\n" for k, c in COLORS.items())
 
 
 def _e(text: object) -> str:
@@ -49,15 +49,16 @@ def _e(text: object) -> str:
 
 
 def _square(o: Observation) -> str:
+    if o.verdict is Outcome.PASS:
+        # Passes carry no tooltip: a 2,000-test page has 100,000 squares, and the runs worth
+        # hovering are the others.
+        return '<span class="sq pass"></span>'
     title = (
         f"{o.outcome} · commit {(o.commit or '?')[:12]} · runner {o.runner or '?'} · "
         f"run seed {o.run_seed if o.run_seed is not None else '?'} · test seed "
         f"{o.seed if o.seed is not None else '?'}"
     )
-    return (
-        f'<span class="sq {o.verdict}" style="background:{COLORS[o.verdict]}" '
-        f'title="{_e(title)}"></span>'
-    )
+    return f'<span class="sq {o.verdict}" title="{_e(title)}"></span>'
 
 
 def _repro(nodeid: str, o: Observation | None) -> str:
@@ -111,7 +112,7 @@ def render(
         f"<h1>{_e(title)}</h1>\n"
         f"<p>{len(scores)} test(s) over the last {min(window, runs)} of {runs} run(s): "
         f"{_e(summary)}. Most disruptive first; each square is one run, oldest first "
-        "(hover for its commit, runner and seeds).</p>\n"
+        "(hover over a failure for its commit, runner and seeds).</p>\n"
         '<table id="tests"><thead><tr><th>verdict</th><th>test</th><th>outcomes</th>'
         "<th>failed</th><th>flips</th><th>median</th><th>last failure</th></tr></thead>"
         f"<tbody>\n{chr(10).join(rows)}\n</tbody></table>\n</body></html>\n"
