@@ -18,6 +18,9 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, MetaData, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+VERSION_TABLE = "harness_history_version"
+"""Alembic's record of the schema revision (not ``alembic_version``: see migrations/env.py)."""
+
 # Named constraints: Alembic's batch mode on SQLite needs names to recreate tables.
 NAMING = {
     "ix": "ix_%(column_0_label)s",

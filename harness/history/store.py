@@ -94,10 +94,12 @@ def _engine(full: str) -> Engine:
 
 def _current_revision(engine: Engine) -> str | None:
     sa = _sqlalchemy()
+    from harness.history.schema import VERSION_TABLE
+
     try:
         with engine.connect() as conn:
-            rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).all()
-    except sa.exc.DBAPIError:  # no alembic_version table: nothing migrated yet
+            rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+    except sa.exc.DBAPIError:  # no version table: nothing migrated yet
         return None
     return rows[0][0] if len(rows) == 1 else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from harness.history.schema import Base
+from harness.history.schema import VERSION_TABLE, Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:
@@ -14,9 +14,12 @@ if connection is None:
         "open connection; any `harness history` command opens (and upgrades) the database"
     )
 # SQLite cannot ALTER most things in place: batch mode recreates tables when needed.
+# A version table of its own: a team's PostgreSQL database may already hold another Alembic
+# project's alembic_version (the tracking store's, say), and the two must not collide.
 context.configure(
     connection=connection,
     target_metadata=Base.metadata,
+    version_table=VERSION_TABLE,
     render_as_batch=connection.dialect.name == "sqlite",
 )
 with context.begin_transaction():

@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from harness.cli import main
 from harness.history import ENV_VAR, record_run
 from harness.history.records import RunRecord, TestResult
-from harness.history.store import HEAD, head_revision, open_store
+from harness.history.store import HEAD, head_revision, normalize_url, open_store
 
 OTHER_TOOL_JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
 <testsuite name="jest" tests="4" timestamp="2026-11-30T10:00:00">
@@ -291,13 +292,20 @@ def pg_url() -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def test_the_store_round_trips_a_run_through_postgresql(pg_url: str, tmp_path: Path) -> None:
+def test_the_store_round_trips_runs_through_postgresql_beside_another_alembic_project(
+    pg_url: str, tmp_path: Path
+) -> None:
     runs = [
         _run("a", 1.0, {"t.py::x": "passed", "t.py::y": "failed"}, tree="t1", seed=2**62),
         _run("b", 2.0, {"t.py::x": "error", "t.py::y": "passed"}, tree="t2"),
     ]
     seen = []
     for url in (pg_url, str(tmp_path / "h.db")):
+        # A database shared with another Alembic project (the tracking store, say).
+        other = sa.create_engine(normalize_url(url))
+        with other.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32))"))
+            conn.execute(sa.text("INSERT INTO alembic_version VALUES ('other-project')"))
         with open_store(url) as store:
             assert [store.append(r) for r in [*runs, runs[0]]] == [True, True, False]
             seen.append(
@@ -306,5 +314,10 @@ def test_the_store_round_trips_a_run_through_postgresql(pg_url: str, tmp_path: P
                     for n, obs in store.observations(2).items()
                 }
             )
+        with other.connect() as conn:
+            assert conn.execute(sa.text("SELECT * FROM alembic_version")).all() == [
+                ("other-project",)
+            ]
+        other.dispose()
     assert seen[0] == seen[1]
     assert seen[0]["t.py::y"][0] == ("failed", 2**62, "t1", "cpu-1", 0.1)
