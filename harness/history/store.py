@@ -234,7 +234,15 @@ class Store:
             )
         missing = [n for n in nodeids if n not in ids]
         if missing:
-            conn.execute(sa.insert(Test), [{"nodeid": n} for n in missing])
+            # Two runners appending at once may both meet a new test: on PostgreSQL (SQLite
+            # serializes writers) the second insert must not fail the second run's append.
+            if conn.dialect.name == "postgresql":
+                from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+                statement = pg_insert(Test).on_conflict_do_nothing(index_elements=["nodeid"])
+            else:
+                statement = sa.insert(Test)
+            conn.execute(statement, [{"nodeid": n} for n in missing])
             for chunk in _chunks(missing):
                 ids.update(
                     (n, i)
