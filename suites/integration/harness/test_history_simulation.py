@@ -98,20 +98,23 @@ def test_the_flaky_verdict_is_precise(judged: tuple) -> None:
     ambiguous = {
         n
         for n in called
-        if tests[n].truth == "seed-dependent"
-        and max(Counter(o.seed for o in observed[n] if o.outcome == "failed").values()) < 2
+        if tests[n].truth == "seed-dependent" and _most_failures_under_one_seed(observed[n]) < 2
     }
     judged_ = [n for n in called if n not in ambiguous]
     precision = sum(tests[n].truth == "flaky" for n in judged_) / len(judged_)
     assert precision >= 0.95, f"precision {precision:.1%} ({len(ambiguous)} ambiguous left out)"
 
 
+def _most_failures_under_one_seed(obs: list[Observation]) -> int:
+    counts = Counter(o.seed for o in obs if o.outcome == "failed")
+    return max(counts.values(), default=0)
+
+
 def test_a_failure_that_comes_back_with_its_seed_is_seed_dependent(judged: tuple) -> None:
     recurring = [
         s
         for s, obs in _of(judged, "suites/unit/test_seed.py")
-        if Counter(o.seed for o in obs if o.outcome == "failed").most_common(1)[0:1]
-        and Counter(o.seed for o in obs if o.outcome == "failed").most_common(1)[0][1] >= 2
+        if _most_failures_under_one_seed(obs) >= 2
     ]
     assert recurring, "the simulation's seeds never came back: it tests nothing"
     assert {s.verdict for s in recurring} == {sc.Verdict.SEED_DEPENDENT}
