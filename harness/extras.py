@@ -18,6 +18,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pytest_split": ("pytest-split", "ci"),
     "asv": ("asv", "perf"),
     "mutmut": ("mutmut", "mutate"),
+    "sqlalchemy": ("SQLAlchemy", "history"),
+    "alembic": ("alembic", "history"),
 }
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import atomic
+from harness import history as _history
 from harness import report as _report
 from harness import shards as _shards
 
@@ -485,4 +486,7 @@ def write(result: MergeResult, out: Path) -> list[Path]:
     }
     for path, text in files.items():
         atomic.write_text(path, text)
+    # Test history: appended only when $HARNESS_HISTORY_DB is set; a failure is one warning
+    # line, never a change to the merge's verdict.
+    _history.record_run(result.report, out / "report.json")
     return list(files)

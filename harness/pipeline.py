@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from harness import atomic
+from harness import history as _history
 from harness import prmode as _prmode
 from harness import report as _report
 
@@ -191,6 +192,9 @@ def _finish(
         os.replace(junit_tmp, report_dir / "junit.xml")
     os.replace(json_tmp, report_dir / "report.json")
     atomic.write_text(report_dir / "summary.md", markdown + "\n")
+    # Test history: appended only when $HARNESS_HISTORY_DB is set; a failure is one warning
+    # line, never a change to this run's verdict.
+    _history.record_run(data, report_dir / "report.json")
     if step_summary:
         _report.append_step_summary(markdown)
     if code == 5:

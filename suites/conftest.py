@@ -57,6 +57,8 @@ def project(
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("HARNESS_SEED", raising=False)
     monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    # An outer run's test history: a nested harness run must not append to it.
+    monkeypatch.delenv("HARNESS_HISTORY_DB", raising=False)
     # hypothesis detects CI by these too and would then change its own defaults.
     for var in (
         "GITHUB_ACTIONS",

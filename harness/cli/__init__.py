@@ -23,7 +23,18 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import artifacts, env, flaky, init, mutate, perf, quarantine, reports, runs
+    from harness.cli import (
+        artifacts,
+        env,
+        flaky,
+        history,
+        init,
+        mutate,
+        perf,
+        quarantine,
+        reports,
+        runs,
+    )
 
     main.add_command(env.env)
     main.add_command(artifacts.artifacts)
@@ -35,6 +46,7 @@ def _register() -> None:
         main.add_command(command)
     main.add_command(flaky.flaky_command)
     main.add_command(init.init_command)
+    main.add_command(history.history)
 
 
 _register()

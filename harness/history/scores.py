@@ -1,0 +1,273 @@
+"""Scores and verdicts of one test from its history (pure functions: no database).
+
+Over a window of recent runs, per test: failure rate, flip rate (outcome changes between
+consecutive runs of the test), same-tree pass+fail events (one git tree, both outcomes: no
+code change explains it), seed attribution and runner attribution. Skipped runs are no
+evidence either way.
+
+Seed attribution reads the seed the harness records for every test: a failure whose seed came
+back and failed again is attributed to the seed (``seed-dependent``: a bug with a repro, not a
+flake); a pass and a fail under one seed is nondeterminism the seed does not control (flaky).
+A failure whose seed never came back is not attributed: history alone cannot tell, the flake
+hunter (``harness flaky TEST --seed S``) can.
+
+Un-quarantine: a test failing at rate p passes N runs in a row with probability (1-p)^N; N =
+ceil(log(1-C)/log(1-p)) passes make "still failing at rate >= p" unlikely at confidence C
+(59 at p = 5%, C = 95%). p is the test's observed failure rate, but never above ``DEFAULT_P``:
+a rate estimated from a few runs is noisy, and a higher p would ask for fewer passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from harness.history.records import HistoryError, Observation, Outcome
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_MIN_RUNS",
+    "DEFAULT_P",
+    "Score",
+    "Verdict",
+    "consecutive_passes",
+    "required_passes",
+    "score",
+    "unquarantine_due",
+]
+
+DEFAULT_MIN_RUNS = 10
+"""Fewer runs with an outcome than this and a test without decisive evidence is
+``insufficient``: 0 failures in 10 runs bounds the failure rate below 26% at 95% (the rule of
+three, 3/n), which is the least that "healthy" should mean."""
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_P = 0.05
+BROKEN_STREAK = 3
+"""A test that failed this many runs in a row at the end of its history may be broken ..."""
+BROKEN_CHANCE = 0.01
+"""... when a flaky test failing at its own earlier rate would fail that many in a row with
+less than this probability (so a 50% flake needs 7 failures in a row to be called broken)."""
+
+
+class Verdict(enum.StrEnum):
+    """What a test's history says, most disruptive first.
+
+    BROKEN: it fails every run since some run (or since its first). SEED_DEPENDENT: its
+    failures come back with their seeds (and no seed both passed and failed). FLAKY: passes and
+    failures that neither a change nor a seed explains. HEALTHY: no failure in at least
+    ``min_runs`` runs. INSUFFICIENT: too few runs to say. A verdict is recomputed from the
+    window every time; a test moves between them as its history grows (an INSUFFICIENT test
+    becomes HEALTHY at ``min_runs`` passing runs; a BROKEN one that starts passing is judged on
+    its runs since the fix).
+    """
+
+    BROKEN = "broken"
+    SEED_DEPENDENT = "seed-dependent"
+    FLAKY = "flaky"
+    HEALTHY = "healthy"
+    INSUFFICIENT = "insufficient"
+
+
+_RANK = {v: i for i, v in enumerate(Verdict)}
+_LETTER = {Outcome.PASS: "P", Outcome.FAIL: "F", Outcome.SKIP: "s"}
+
+
+@dataclasses.dataclass
+class Score:
+    nodeid: str
+    verdict: Verdict
+    runs: int
+    failures: int
+    flips: int
+    same_tree_events: int
+    same_seed_events: int
+    failing_seeds: list[int]
+    pass_streak: int
+    evidence: list[str]
+    strip: str
+    """The outcomes oldest first: P pass, F fail, s skip (for the page and the JSON)."""
+    last_failure: Observation | None = None
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failures / self.runs if self.runs else 0.0
+
+    @property
+    def flip_rate(self) -> float:
+        return self.flips / (self.runs - 1) if self.runs > 1 else 0.0
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        """Most disruptive first: each failure is a red run someone looked at."""
+        return (-self.failures, -self.flips, _RANK[self.verdict], self.nodeid)
+
+
+def required_passes(p: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """N = ceil(log(1-C)/log(1-p)): consecutive passes that make a failure rate >= p unlikely
+    at confidence C."""
+    if not 0 < p < 1:
+        raise HistoryError(f"failure rate must be between 0 and 1 (exclusive), got {p}")
+    if not 0 < confidence < 1:
+        raise HistoryError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
+    # The tiny epsilon keeps an exact quotient (e.g. 2.0000000000000004) from adding a run.
+    return math.ceil(math.log(1 - confidence) / math.log(1 - p) - 1e-9)
+
+
+def consecutive_passes(history: Sequence[Observation]) -> int:
+    """Passes since the last failure (skips neither count nor break the streak)."""
+    n = 0
+    for o in reversed(history):
+        if o.verdict is Outcome.FAIL:
+            break
+        if o.verdict is Outcome.PASS:
+            n += 1
+    return n
+
+
+def unquarantine_due(
+    history: Sequence[Observation],
+    confidence: float = DEFAULT_CONFIDENCE,
+    p_cap: float = DEFAULT_P,
+) -> tuple[bool, int, int, float]:
+    """Whether a quarantined test has passed enough runs in a row to leave quarantine:
+    ``(due, streak, needed, p)``. ``history`` is the test's whole history, oldest first."""
+    judged = [o for o in history if o.verdict is not Outcome.SKIP]
+    streak = consecutive_passes(judged)
+    before = judged[: len(judged) - streak]
+    fails = sum(o.verdict is Outcome.FAIL for o in before)
+    observed = fails / len(before) if before else 0.0
+    p = min(observed, p_cap) if observed > 0 else p_cap
+    needed = required_passes(p, confidence)
+    return streak >= needed, streak, needed, p
+
+
+def score(
+    nodeid: str, history: Sequence[Observation], *, min_runs: int = DEFAULT_MIN_RUNS
+) -> Score:
+    """The scores and verdict of one test from its outcomes over a window, oldest first."""
+    kinds = [Outcome.of(o.outcome) for o in history]
+    strip = "".join(_LETTER[k] for k in kinds)
+    judged = [o for o, k in zip(history, kinds, strict=True) if k is not Outcome.SKIP]
+    fails = [o for o, k in zip(history, kinds, strict=True) if k is Outcome.FAIL]
+    n, f = len(judged), len(fails)
+    if not fails:
+        # Most tests never fail: answered without the seed, tree and runner bookkeeping.
+        if n >= min_runs:
+            note = f"failed 0 of {n} runs; failure rate below {3 / n:.1%} at 95%"
+            return Score(nodeid, Verdict.HEALTHY, n, 0, 0, 0, 0, [], n, [note], strip)
+        note = f"only {n} run(s) with an outcome; {min_runs} needed to call it healthy"
+        return Score(nodeid, Verdict.INSUFFICIENT, n, 0, 0, 0, 0, [], n, [note], strip)
+    flips = sum(a.verdict is not b.verdict for a, b in zip(judged, judged[1:], strict=False))
+
+    by_tree: dict[str, set[Outcome]] = defaultdict(set)
+    by_seed_tree: dict[tuple[int, str | None], set[Outcome]] = defaultdict(set)
+    seed_outcomes: dict[int, Counter[Outcome]] = defaultdict(Counter)
+    for o in judged:
+        if o.tree is not None:
+            by_tree[o.tree].add(o.verdict)
+        if o.seed is not None:
+            by_seed_tree[(o.seed, o.tree)].add(o.verdict)
+            seed_outcomes[o.seed][o.verdict] += 1
+    same_tree = sum(len(v) == 2 for v in by_tree.values())
+    # A pass and a fail under one seed: on one tree, or on unknown trees (a dirty checkout).
+    same_seed = sum(len(v) == 2 for v in by_seed_tree.values())
+    failing_seeds = sorted({o.seed for o in fails if o.seed is not None})
+    recurring = [s for s in failing_seeds if seed_outcomes[s][Outcome.FAIL] >= 2]
+    mixed_seeds = [s for s in failing_seeds if seed_outcomes[s][Outcome.PASS]]
+
+    streak = consecutive_passes(judged)
+    tail_fails = 0
+    for o in reversed(judged):
+        if o.verdict is not Outcome.FAIL:
+            break
+        tail_fails += 1
+
+    evidence: list[str] = []
+    if n:
+        evidence.append(f"failed {f} of {n} runs ({f / n:.0%})")
+    if flips:
+        evidence.append(f"{flips} flip(s) between pass and fail")
+    if same_tree:
+        evidence.append(f"passed and failed on {same_tree} identical git tree(s)")
+    if same_seed:
+        evidence.append(f"passed and failed under {same_seed} identical seed(s)")
+    if recurring:
+        shown = ", ".join(str(s) for s in recurring[:5])
+        evidence.append(f"failed again each time seed(s) {shown} came back")
+    runners = {o.runner for o in judged if o.runner}
+    fail_runners = Counter(o.runner for o in fails if o.runner)
+    if f >= 2 and len(runners) >= 2 and len(fail_runners) == 1:
+        (runner, k), *_ = fail_runners.items()
+        there = sum(o.runner == runner for o in judged)
+        evidence.append(
+            f"all {k} failures on runner {runner} ({k}/{there} there, 0/{n - there} elsewhere)"
+        )
+
+    def done(verdict: Verdict) -> Score:
+        return Score(
+            nodeid,
+            verdict,
+            n,
+            f,
+            flips,
+            same_tree,
+            same_seed,
+            failing_seeds,
+            streak,
+            evidence,
+            strip,
+            fails[-1] if fails else None,
+        )
+
+    if f == n:
+        if n >= BROKEN_STREAK:
+            return done(Verdict.BROKEN)
+        evidence.append(f"only {n} run(s), all failed; {BROKEN_STREAK} needed to call it broken")
+        return done(Verdict.INSUFFICIENT)
+
+    if tail_fails >= BROKEN_STREAK:
+        before = judged[: n - tail_fails]
+        rate = (sum(o.verdict is Outcome.FAIL for o in before) + 1) / (len(before) + 2)
+        if rate**tail_fails < BROKEN_CHANCE:
+            evidence.append(
+                f"failed the last {tail_fails} runs in a row, since commit "
+                f"{(judged[n - tail_fails].commit or '?')[:12]}"
+            )
+            return done(Verdict.BROKEN)
+
+    if f == tail_fails and not same_tree:
+        # Its only failures are the last run(s), on code it never passed on: a change that
+        # broke it, or a flake. Calling it either now would be a guess.
+        evidence.append(
+            f"failed only the last {f} run(s), on a tree it never passed on: a change that "
+            "broke it or a flake; the next runs tell"
+        )
+        return done(Verdict.INSUFFICIENT)
+
+    # Failures in one block followed by passes only: it was broken, and a change fixed it.
+    first = judged.index(fails[0])
+    if streak and f == n - first - streak and f >= BROKEN_STREAK and not same_seed:
+        fixed_at = judged[n - streak]
+        evidence.append(
+            f"failed {f} runs in a row, then passed {streak} since commit "
+            f"{(fixed_at.commit or '?')[:12]}"
+        )
+        if streak >= min_runs:
+            return done(Verdict.HEALTHY)
+        evidence.append(f"{min_runs} passing runs needed since the fix to call it healthy")
+        return done(Verdict.INSUFFICIENT)
+
+    if recurring and not mixed_seeds and not same_seed:
+        return done(Verdict.SEED_DEPENDENT)
+
+    if n < min_runs and not same_seed:
+        evidence.append(f"only {n} runs; {min_runs} needed without a same-seed pass and fail")
+        return done(Verdict.INSUFFICIENT)
+    if not recurring and not mixed_seeds and failing_seeds:
+        evidence.append(
+            "no failing seed came back: the flake hunter (harness flaky TEST) tells a "
+            "seed-dependent failure from a flake"
+        )
+    return done(Verdict.FLAKY)

@@ -1,0 +1,316 @@
+"""The history database: SQLite by default, PostgreSQL for a team, schema by Alembic.
+
+A database is named by a URL or a plain path (a path is a SQLite file). SQLite is opened in
+WAL mode with a busy timeout, and every write transaction starts ``BEGIN IMMEDIATE``: several
+``harness run`` processes of one machine may append to one file and queue instead of failing.
+PostgreSQL (``postgresql://USER@HOST:PORT/DB``) is for a team whose CI runners share one
+history. :func:`open_store` brings the schema to the newest Alembic revision shipped in
+``migrations/``; a database already there costs one read and no Alembic import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.history.records import HistoryError, Observation, RunRecord
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+__all__ = ["HEAD", "Store", "normalize_url", "open_store", "safe_url"]
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+HEAD = "0001"
+"""The newest migration's revision (a test checks it against the scripts)."""
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+_CHUNK = 500  # bound parameters per IN (...): under every backend's limit
+
+
+def normalize_url(url: str | os.PathLike[str]) -> str:
+    """A SQLAlchemy URL from a database URL or a plain path (a SQLite file)."""
+    text = os.fspath(url)
+    if not text.strip():
+        raise HistoryError("empty history database URL: give a file path or a database URL")
+    if "://" not in text:
+        return "sqlite:///" + str(Path(text).resolve())
+    if text.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    if text.startswith(("sqlite:///", "postgresql+psycopg://")):
+        return text
+    raise HistoryError(
+        f"unsupported history database URL {safe_url(text)!r}: use a file path or "
+        "sqlite:///PATH for SQLite, or postgresql://USER@HOST:PORT/DB for PostgreSQL"
+    )
+
+
+def _sqlalchemy() -> Any:
+    try:
+        import alembic  # noqa: F401
+        import sqlalchemy
+    except ImportError:
+        raise HistoryError(
+            "the test history needs SQLAlchemy and Alembic: pip install 'ml-harness[history]'"
+        ) from None
+    return sqlalchemy
+
+
+def _engine(full: str) -> Engine:
+    sa = _sqlalchemy()
+    from sqlalchemy import event
+
+    if full.startswith("sqlite"):
+        path = full.removeprefix("sqlite:///")
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine: Engine = sa.create_engine(
+            full, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        )
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_connection: Any, _record: Any) -> None:
+            # The driver's own transaction handling is off; "begin" below emits BEGIN IMMEDIATE.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    try:
+        return sa.create_engine(full, pool_pre_ping=True)  # type: ignore[no-any-return]
+    except (ImportError, sa.exc.ArgumentError) as exc:
+        raise HistoryError(f"cannot open history database {full!r}: {exc}") from None
+
+
+def _current_revision(engine: Engine) -> str | None:
+    sa = _sqlalchemy()
+    from harness.history.schema import VERSION_TABLE
+
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+    except sa.exc.DBAPIError:  # no version table: nothing migrated yet
+        return None
+    return rows[0][0] if len(rows) == 1 else None
+
+
+def _alembic_config() -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest revision among the shipped migration scripts."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the schema (idempotent; concurrent callers serialize on the database lock)."""
+    if revision == "head" and _current_revision(engine) == HEAD:
+        return
+    from alembic import command
+
+    cfg = _alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def open_store(url: str | os.PathLike[str]) -> Store:
+    """The history at ``url``, created or upgraded to the newest schema."""
+    full = normalize_url(url)
+    sa = _sqlalchemy()
+    engine = _engine(full)
+    try:
+        migrate(engine)
+    except sa.exc.SQLAlchemyError as exc:
+        engine.dispose()
+        raise HistoryError(f"cannot open history database {safe_url(full)}: {exc}") from None
+    return Store(engine)
+
+
+def safe_url(url: str) -> str:
+    """A URL without its password, for messages."""
+    head, sep, rest = url.partition("://")
+    if "@" in rest and ":" in rest.split("@", 1)[0]:
+        user = rest.split("@", 1)[0].split(":", 1)[0]
+        rest = f"{user}:***@{rest.split('@', 1)[1]}"
+    return head + sep + rest
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class Store:
+    """Appends runs and reads outcomes back. Close it (or use ``with``) when done."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @property
+    def url(self) -> str:
+        return safe_url(self.engine.url.render_as_string(hide_password=True))
+
+    def append(self, run: RunRecord) -> bool:
+        """Add a run and its results in one transaction; False when it is already there."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Result, Run
+
+        with self.engine.begin() as conn:
+            if conn.execute(sa.select(Run.id).where(Run.run_key == run.run_key)).first():
+                return False
+            run_id = conn.execute(
+                sa.insert(Run).returning(Run.id),
+                {
+                    "run_key": run.run_key,
+                    "started_at": run.started_at,
+                    "source": run.source,
+                    "commit": run.commit,
+                    "tree": run.tree,
+                    "runner": run.runner,
+                    "fingerprint": run.fingerprint,
+                    "seed": run.seed,
+                    "status": run.status,
+                    "label": (run.label or "")[:500] or None,
+                },
+            ).scalar_one()
+            # One report names a test once; if a tool repeats a case, the last one stands.
+            latest = {r.nodeid: r for r in run.results}
+            ids = self._test_ids(conn, list(latest))
+            rows = [
+                {
+                    "run_id": run_id,
+                    "test_id": ids[r.nodeid],
+                    "outcome": r.outcome,
+                    "duration_s": r.duration_s,
+                    "seed": r.seed,
+                }
+                for r in latest.values()
+            ]
+            if rows:
+                conn.execute(sa.insert(Result), rows)
+        return True
+
+    @staticmethod
+    def _test_ids(conn: Any, nodeids: list[str]) -> dict[str, int]:
+        sa = _sqlalchemy()
+        from harness.history.schema import Test
+
+        ids: dict[str, int] = {}
+        for chunk in _chunks(nodeids):
+            ids.update(
+                (n, i)
+                for n, i in conn.execute(
+                    sa.select(Test.nodeid, Test.id).where(Test.nodeid.in_(chunk))
+                )
+            )
+        missing = [n for n in nodeids if n not in ids]
+        if missing:
+            # Two runners appending at once may both meet a new test: on PostgreSQL (SQLite
+            # serializes writers) the second insert must not fail the second run's append.
+            if conn.dialect.name == "postgresql":
+                from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+                statement = pg_insert(Test).on_conflict_do_nothing(index_elements=["nodeid"])
+            else:
+                statement = sa.insert(Test)
+            conn.execute(statement, [{"nodeid": n} for n in missing])
+            for chunk in _chunks(missing):
+                ids.update(
+                    (n, i)
+                    for n, i in conn.execute(
+                        sa.select(Test.nodeid, Test.id).where(Test.nodeid.in_(chunk))
+                    )
+                )
+        return ids
+
+    def run_count(self) -> int:
+        sa = _sqlalchemy()
+        from harness.history.schema import Run
+
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(Run)).scalar_one())
+
+    def observations(
+        self, window: int | None = None, tests: Iterable[str] | None = None
+    ) -> dict[str, list[Observation]]:
+        """Every recorded outcome per node id, oldest first, over the last ``window`` runs
+        (all runs when None), optionally of the named ``tests`` only."""
+        if window is not None and window < 1:
+            raise HistoryError(f"window must be at least 1 run, got {window}")
+        sa = _sqlalchemy()
+        from harness.history.schema import Result, Run, Test
+
+        runs_q = sa.select(
+            Run.id, Run.started_at, Run.tree, Run.commit, Run.runner, Run.seed
+        ).order_by(Run.started_at.desc(), Run.id.desc())
+        if window is not None:
+            runs_q = runs_q.limit(window)
+        out: dict[str, list[Observation]] = defaultdict(list)
+        with self.engine.connect() as conn:
+            runs = {row[0]: tuple(row) for row in conn.execute(runs_q)}
+            if not runs:
+                return {}
+            # Columns, not ORM objects, and run details joined here rather than in SQL: a
+            # window is ~100,000 results, and per-row overhead would cost more than the query.
+            if tests is None:
+                names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
+            else:
+                names = {}
+                for chunk in _chunks(sorted(set(tests))):
+                    names.update(
+                        conn.execute(
+                            sa.select(Test.id, Test.nodeid).where(Test.nodeid.in_(chunk))
+                        ).all()
+                    )
+            cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
+            if tests is not None:
+                queries = [
+                    sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))
+                ]
+            else:
+                # One query per run, oldest first: each test's list comes out in order, with
+                # no sort, and each query reads one contiguous key range.
+                queries = [sa.select(*cols).where(Result.run_id == r) for r in reversed(runs)]
+            for q in queries:
+                for test_id, run_id, outcome, seed, duration in conn.execute(q).all():
+                    run = runs.get(run_id)
+                    if run is None:
+                        continue
+                    out[names[test_id]].append(
+                        Observation(
+                            run_id, run[1], outcome, seed, run[2], run[3], run[4], duration, run[5]
+                        )
+                    )
+        if tests is not None:
+            for obs in out.values():
+                obs.sort(key=lambda o: (o.started_at, o.run_id))
+        return dict(out)
