@@ -1,10 +1,12 @@
 """`harness perf`: asv benchmarks, the regression gate and the offline dashboard.
 
 A thin front for ``harness.perf``; docs/perf.md is the guide. Exit codes of `gate` and `ci`:
-0 nothing regressed, 1 a significant regression (or a failing benchmark), 2 nothing comparable
-or too few samples. Every command exits 2 for a bad argument (a machine name that is not one,
-a factor that cannot fail, a ref starting with '-', a regex that does not compile, a --json
-folder that does not exist, no benchmark matched), checked before any work.
+0 nothing regressed (every timing benchmark unchanged or improved, with evidence), 1 a
+significant regression (or a failing benchmark), 2 undecided (too noisy to tell at the
+factor), nothing comparable or too few samples. Every command exits 2 for a bad argument (a
+machine name that is not one, a factor that cannot fail, a ref starting with '-', a regex
+that does not compile, a --json folder that does not exist, no benchmark matched), checked
+before any work.
 """
 
 from __future__ import annotations
@@ -93,8 +95,9 @@ factor_option = click.option(
     default=lib.DEFAULT_FACTOR,
     show_default=True,
     callback=_checked(lib.check_factor),
-    help="A benchmark regresses when head/base exceeds this (> 1, <= "
-    f"{lib.MAX_FACTOR:g}) AND the difference is significant.",
+    help="A benchmark regresses when head/base reaches this (> 1, <= "
+    f"{lib.MAX_FACTOR:g}) AND its confidence interval is above 1; it is unchanged only when "
+    "the interval lies inside (1/FACTOR, FACTOR); otherwise undecided (exit 2).",
 )
 
 bench_option = click.option(
@@ -203,7 +206,8 @@ def run(
 )
 def gate(base: str, head: str, factor: float, machine: str | None, json_path: Path | None) -> None:
     """Compare the results of BASE and HEAD. Exit 0: nothing regressed; 1: a benchmark is
-    significantly slower than FACTOR allows, or fails; 2: nothing comparable (missing results,
+    significantly slower than FACTOR allows, or fails; 2: undecided (too noisy to tell at
+    FACTOR: the output says what it would need), nothing comparable (missing results,
     environment-name mismatch, changed benchmark code), too few samples to see a regression,
     or a bad argument."""
     machine = _machine(machine)
@@ -254,9 +258,18 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
     type=click.IntRange(min=0, max=lib.MAX_AB_PAIRS),
     default=lib.DEFAULT_PAIRS,
     show_default=True,
-    help="When the base is measured here, time each timing benchmark again in this many "
-    "interleaved base/head sample pairs, which decide its verdict (0: the asv samples "
-    "decide).",
+    help="Time timing benchmarks again in interleaved base/head sample pairs, which decide "
+    "their verdict: this many first, more while undecided (every timing benchmark when the "
+    "base is measured here; the undecided and regressed ones when it is stored). 0: the asv "
+    "samples decide.",
+)
+@click.option(
+    "--ab-budget",
+    type=click.FloatRange(min=0, min_open=True, max=3600),
+    default=lib.MAX_SECONDS_PER_BENCHMARK,
+    show_default=True,
+    metavar="SECONDS",
+    help="At most this many seconds of A/B pairs per benchmark; still undecided then: exit 2.",
 )
 @click.option(
     "--group",
@@ -282,6 +295,7 @@ def ci(
     measure_base: lib.MeasureBase,  # one of click.Choice's, checked again by PerfStepConfig
     passes: int,
     ab_pairs: int,
+    ab_budget: float,
     group: str,
     bench: str | None,
     base_ref: str | None,
@@ -297,6 +311,7 @@ def ci(
             measure_base=measure_base,
             passes=passes,
             ab_pairs=ab_pairs,
+            ab_budget_s=ab_budget,
             group=group,
             bench=bench,
             machine=_machine(machine),

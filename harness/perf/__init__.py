@@ -29,6 +29,9 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
   samples measured in the same alternating pass.
 - ``harness.perf.stats``: the gate's statistics (median of per-pass ratios, a stratified
   Mann-Whitney test, the fewest samples that can show a regression).
+- ``harness.perf.decision``: the verdict on one timing benchmark (:class:`Verdict`:
+  regressed, unchanged, improved, undecided) from the confidence interval of its ratio.
+- ``harness.perf.sequential``: more A/B pairs while the verdict is undecided, within a budget.
 - ``harness.perf.gating``: the regression gate (:func:`gate`).
 - ``harness.perf.gate_report``: what it returns (:class:`GateReport`, :class:`Row`,
   :class:`RowStatus`), as markdown and JSON.
@@ -61,7 +64,13 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
-from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, ABResult, measure_ab
+from harness.perf.ab import (
+    DEFAULT_PAIRS,
+    MAX_AB_PAIRS,
+    MAX_SECONDS_PER_BENCHMARK,
+    ABResult,
+    measure_ab,
+)
 from harness.perf.baselines import (
     BASELINE_SEARCH_DEPTH,
     StoredBaseline,
@@ -86,10 +95,12 @@ from harness.perf.dashboard import (
     make_offline,
     publish,
 )
+from harness.perf.decision import Comparison, Verdict, compare
 from harness.perf.gate_report import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
+    EXIT_UNDECIDED,
     STATUS_MARK,
     TOO_FEW_SAMPLES,
     GateReport,
@@ -115,6 +126,13 @@ from harness.perf.runs import (
     quick_attributes,
     run_benchmarks,
     run_interleaved,
+)
+from harness.perf.sequential import (
+    Sampled,
+    SamplerError,
+    SamplingPlan,
+    ab_strata,
+    sample_until_decided,
 )
 from harness.perf.step import MEASURE_BASE, MeasureBase, PerfStepConfig, PerfStepResult, ci_step
 
@@ -165,8 +183,19 @@ __all__ = [
     # interleaved A/B timing (ab)
     "DEFAULT_PAIRS",
     "MAX_AB_PAIRS",
+    "MAX_SECONDS_PER_BENCHMARK",
     "ABResult",
     "measure_ab",
+    # the verdict (decision) and sequential sampling (sequential)
+    "Comparison",
+    "Verdict",
+    "compare",
+    "Sampled",
+    "SamplerError",
+    "SamplingPlan",
+    "ab_strata",
+    "sample_until_decided",
+    "EXIT_UNDECIDED",
     "DEFAULT_FACTOR",
     "EXIT_NOT_COMPARABLE",
     "EXIT_OK",

@@ -13,8 +13,13 @@ kept it waiting, and that depends on the sample's length (one shorter than a tim
 runs undisturbed), so even pairs milliseconds apart read a 2x slowdown as 1x or 12x in wall
 time at load average 15; in CPU time they read 2.0 (docs/perf.md). Each (base, head) pair
 shares the conditions of its moment; the gate (gating.apply_ab) compares blocks of 5
-consecutive pairs, each block a stratum of stats.py's test, and the median of the blocks'
-ratios.
+consecutive pairs, each block a stratum (decision.py's interval, sequential.py's blocks).
+Pairs are taken sequentially (sequential.py): ``pairs`` first, more while the verdict is
+undecided, within a pair count and a time budget per benchmark.
+
+Both workers get the same PYTHONHASHSEED: with a random seed each, the two processes lay out
+their dicts and sets differently, a per-process speed difference that no number of pairs
+averages out (identical code read 1.05-1.07 over 20 pairs, docs/perf.md).
 
 The worker (``_ab_worker.py``) runs as a script copied to a temporary folder, so that the base
 side never imports this version of ``harness``.
@@ -30,21 +35,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.perf._common import Echo, PerfError, Project, _asv_environ, python_path
+from harness.perf._common import Echo, PerfError, Project, _asv_environ, check_factor, python_path
+from harness.perf.decision import Comparison
 from harness.perf.runs import _archived_config
+from harness.perf.sequential import SamplerError, SamplingPlan, sample_until_decided
 
 # 20 pairs = 4 blocks of 5 v 5: the best p is 252^-4 = 2.5e-10, so a spike or two in every
 # block still leaves p < 0.001; 2 blocks (10 pairs) are the fewest that can reach it (1.6e-5).
+# The pairs of the first look; an undecided verdict takes more (sequential.py).
 DEFAULT_PAIRS = 20
 # More pairs than this is a typo, not a measurement.
 MAX_AB_PAIRS = 1000
+# An undecided benchmark takes at most this many times its first pairs.
+MAX_PAIRS_FACTOR = 10
 # A benchmark's A/B stops after this many seconds even with fewer pairs (then the gate says
-# "too few samples" for it below 10 pairs, and fails).
+# "undecided", or "too few samples" below 10 pairs, and exits 2).
 MAX_SECONDS_PER_BENCHMARK = 120.0
 # A worker that does not answer a request (load with setup, or one sample) in this long is
 # killed and its benchmark reported as failed to measure.
@@ -60,6 +69,8 @@ class ABResult:
     base: list[float]
     head: list[float]
     error: str | None = None
+    comparison: Comparison | None = None  # the last look's (sequential.py)
+    stopped: str = ""  # why sampling stopped: decided, max_pairs, budget, error
 
 
 class _Worker:
@@ -119,15 +130,25 @@ def measure_ab(
     base_sha: str,
     names: Sequence[str],
     *,
+    factor: float,
     pairs: int = DEFAULT_PAIRS,
+    max_pairs: int | None = None,
     max_seconds: float = MAX_SECONDS_PER_BENCHMARK,
     echo: Echo | None = None,
 ) -> dict[str, ABResult]:
     """Time each benchmark in names (``module.Class.method`` or with ``(params)``) for base_sha
-    and the working tree, alternately, ``pairs`` pairs each (fewer if ``max_seconds`` runs out).
+    and the working tree, alternately: ``pairs`` pairs, then more while the verdict at
+    ``factor`` is undecided, up to ``max_pairs`` (default MAX_PAIRS_FACTOR * pairs, at most
+    MAX_AB_PAIRS) or ``max_seconds`` per benchmark (sequential.py).
     """
     if pairs < 1:
         raise PerfError(f"pairs must be >= 1, got {pairs}")
+    check_factor(factor)
+    plan = SamplingPlan(
+        first=pairs,
+        max_pairs=max(pairs, max_pairs or min(MAX_AB_PAIRS, MAX_PAIRS_FACTOR * pairs)),
+        budget_s=max_seconds,
+    )
     project = Project.load(root)
     results: dict[str, ABResult] = {}
     with tempfile.TemporaryDirectory(prefix="harness-perf-ab-") as tmp_name:
@@ -136,21 +157,30 @@ def measure_ab(
         script = tmp / "ab_worker.py"
         shutil.copyfile(Path(__file__).with_name("_ab_worker.py"), script)
         rel = project.benchmark_dir.relative_to(project.root)
-        base_env = _asv_environ(project)
+        same_seed = {"PYTHONHASHSEED": "0"}
+        base_env = _asv_environ(project, same_seed)
         base_env["PYTHONPATH"] = os.pathsep.join(
             [str(code_dir)] + ([base_env["PYTHONPATH"]] if base_env.get("PYTHONPATH") else [])
         )
         workers = {
             "base": _Worker(script, code_dir / rel, base_env, tmp),
-            "head": _Worker(script, project.benchmark_dir, _asv_environ(project), tmp),
+            "head": _Worker(script, project.benchmark_dir, _asv_environ(project, same_seed), tmp),
         }
         try:
             for n, name in enumerate(names, 1):
                 if echo:
-                    echo(f"harness perf: A/B {n}/{len(names)} {name}: {pairs} interleaved pairs")
-                results[name] = _measure_one(workers, name, pairs, max_seconds)
-                if echo and results[name].error:
-                    echo(f"harness perf: A/B of {name} failed: {results[name].error}")
+                    echo(
+                        f"harness perf: A/B {n}/{len(names)} {name}: {pairs} interleaved pairs, "
+                        f"more while undecided (up to {plan.max_pairs} or {plan.budget_s:g} s)"
+                    )
+                result = results[name] = _measure_one(workers, name, factor, plan)
+                if echo and result.error:
+                    echo(f"harness perf: A/B of {name} failed: {result.error}")
+                elif echo and result.comparison is not None:
+                    echo(
+                        f"harness perf: A/B of {name}: {result.comparison.verdict} after "
+                        f"{len(result.base)} pairs ({result.stopped})"
+                    )
         finally:
             for worker in workers.values():
                 worker.close()
@@ -158,7 +188,7 @@ def measure_ab(
 
 
 def _measure_one(
-    workers: dict[str, _Worker], name: str, pairs: int, max_seconds: float
+    workers: dict[str, _Worker], name: str, factor: float, plan: SamplingPlan
 ) -> ABResult:
     result = ABResult(name, [], [])
     for side, worker in workers.items():
@@ -166,28 +196,26 @@ def _measure_one(
         if not reply.get("ok"):
             result.error = f"{side}: {reply.get('error')}"
     if result.error is None:
-        deadline = time.monotonic() + max_seconds
-        for i in range(pairs):
-            order = ("base", "head") if i % 2 == 0 else ("head", "base")
+
+        def sample_pair(i: int) -> tuple[float, float]:
+            # The order alternates so that neither side always goes first.
             got: dict[str, float] = {}
-            for side in order:
+            for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
                 reply = workers[side].ask({"op": "sample"})
                 if not reply.get("ok"):
-                    result.error = f"{side}: {reply.get('error')}"
-                    break
+                    raise SamplerError(f"{side}: {reply.get('error')}")
                 got[side] = float(reply["seconds"])
-            if result.error is not None:
-                break
-            result.base.append(got["base"])
-            result.head.append(got["head"])
-            if time.monotonic() > deadline:
-                break
+            return got["base"], got["head"]
+
+        sampled = sample_until_decided(sample_pair, factor, plan)
+        result.base, result.head, result.error = sampled.base, sampled.head, sampled.error
+        result.comparison, result.stopped = sampled.comparison, sampled.stopped
     for worker in workers.values():
         worker.ask({"op": "teardown"}, timeout=60)
     return result
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual check: python -m harness.perf.ab BASE NAME
-    out = measure_ab(Path.cwd(), sys.argv[1], sys.argv[2:], echo=print)
+    out = measure_ab(Path.cwd(), sys.argv[1], sys.argv[2:], factor=1.2, echo=print)
     for r in out.values():
         print(r)
