@@ -73,9 +73,9 @@ class Comparison:
         else:
             needed = math.ceil(n * (width / room) ** 2)
             samples = f"about {needed} samples per side (it has {n})"
-        reach = max(self.high, 1 / self.low)
+        reach = math.ceil(max(self.high, 1 / self.low) * 1000) / 1000  # up: "above" holds
         return (
-            f"{samples}, or a factor above {reach:.3g} (its interval "
+            f"{samples}, or a factor above {reach:g} (its interval "
             f"[{self.low:.3g}, {self.high:.3g}] reaches that far)"
         )
 
