@@ -51,17 +51,19 @@ class Comparison:
     factor: float
     n_base: int
     n_head: int
+    units: int = 0  # what the interval's width scales with: samples per side, or blocks
+    unit: str = "samples per side"
 
     def would_need(self) -> str:
         """For an undecided comparison: roughly how many samples per side, or which factor,
         would decide it (the interval narrows as 1/sqrt(n))."""
         if self.verdict is not Verdict.UNDECIDED:
             return ""
-        n = max(self.n_base, self.n_head)
+        n = self.units or max(self.n_base, self.n_head)
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low <= 0:
             return (
-                f"more samples: {self.n_base} v {self.n_head} can never show a difference "
-                "at this significance level"
+                f"more samples: {n} {self.unit} can never show a difference at this "
+                "significance level"
             )
         est, width = math.log(self.estimate), (math.log(self.high) - math.log(self.low)) / 2
         log_f = math.log(self.factor)
@@ -72,7 +74,7 @@ class Comparison:
             samples = "far more samples than any budget (its estimate sits on the factor)"
         else:
             needed = math.ceil(n * (width / room) ** 2)
-            samples = f"about {needed} samples per side (it has {n})"
+            samples = f"about {needed} {self.unit} (it has {n})"
         reach = math.ceil(max(self.high, 1 / self.low) * 1000) / 1000  # up: "above" holds
         return (
             f"{samples}, or a factor above {reach:g} (its interval "
@@ -140,12 +142,83 @@ def compare(
     if c < 0 or c >= len(logs) - c - 1:
         return Comparison(Verdict.UNDECIDED, est, 0.0, math.inf, factor, n_base, n_head)
     low, high = math.exp(logs[c]), math.exp(logs[len(logs) - c - 1])
-    if 1 / factor < low and high < factor:
-        verdict = Verdict.UNCHANGED
-    elif low > 1 and est >= factor:
-        verdict = Verdict.REGRESSED
-    elif high < 1 and est <= 1 / factor:
-        verdict = Verdict.IMPROVED
-    else:
-        verdict = Verdict.UNDECIDED
+    verdict = _verdict(est, low, high, factor)
     return Comparison(verdict, est, low, high, factor, n_base, n_head)
+
+
+def _verdict(est: float, low: float, high: float, factor: float) -> Verdict:
+    if 1 / factor < low and high < factor:
+        return Verdict.UNCHANGED
+    if low > 1 and est >= factor:
+        return Verdict.REGRESSED
+    if high < 1 and est <= 1 / factor:
+        return Verdict.IMPROVED
+    return Verdict.UNDECIDED
+
+
+def _signed_rank_lower_critical(n: int, alpha: float) -> int:
+    """The largest c with P(T+ <= c) <= alpha for the Wilcoxon signed-rank statistic of n
+    values (exact: T+ is a sum of a random subset of 1..n); -1 when even 0 is likelier."""
+    counts = [1]
+    for k in range(1, n + 1):
+        grown = counts + [0] * k
+        for t, c in enumerate(counts):
+            grown[t + k] += c
+        counts = grown
+    total, tail, c = 2**n, 0, -1
+    for t, count in enumerate(counts):
+        tail += count
+        if tail / total > alpha * (1 + 1e-12):
+            break
+        c = t
+    return c
+
+
+def compare_blocks(
+    blocks: Sequence[stats.Stratum],
+    factor: float,
+    *,
+    alpha: float = stats.ALPHA,
+    unit: str = "blocks",
+) -> Comparison:
+    """Judge head against base from blocks of paired samples, each block measured by its own
+    pair of processes: one value per block (the median of its pairs' log(h / b)), and the
+    Wilcoxon signed-rank interval of their centre (Hodges-Lehmann: the (c+1)-th smallest and
+    largest of the Walsh averages (x_i + x_j) / 2).
+
+    Why blocks are the unit: two processes running identical code differ by a few percent
+    (their memory layouts, the core each ran on), for as long as they live; interleaved pairs
+    of one process pair share that difference, so the pairs are not independent and a rank test
+    over them calls it significant (identical code read 1.13x and 1.20x "significantly" over
+    20 pairs of one process pair, docs/perf.md). Across fresh process pairs that difference is
+    random, and the blocks are independent. At least 10 blocks are needed to reach ALPHA.
+    """
+    values = []
+    n_base = n_head = 0
+    for b, h in blocks:
+        logs = [
+            math.log(y) - math.log(x)
+            for x, y in zip(b, h, strict=False)
+            if not (math.isnan(x) or math.isnan(y)) and x > 0 and y > 0
+        ]
+        if logs:
+            values.append(_median(logs))
+            n_base += len(logs)
+            n_head += len(logs)
+    n = len(values)
+    if not values:
+        return Comparison(Verdict.UNDECIDED, math.nan, 0.0, math.inf, factor, 0, 0, 0, unit)
+    walsh = sorted((values[i] + values[j]) / 2 for i in range(n) for j in range(i, n))
+    est = math.exp(_median(walsh))
+    c = _signed_rank_lower_critical(n, alpha)
+    if c < 0 or c >= len(walsh) - c - 1:
+        return Comparison(Verdict.UNDECIDED, est, 0.0, math.inf, factor, n_base, n_head, n, unit)
+    low, high = math.exp(walsh[c]), math.exp(walsh[len(walsh) - c - 1])
+    verdict = _verdict(est, low, high, factor)
+    return Comparison(verdict, est, low, high, factor, n_base, n_head, n, unit)
+
+
+def _median(xs: Sequence[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2

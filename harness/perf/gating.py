@@ -15,7 +15,6 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +38,7 @@ from harness.perf.gate_report import (
     _n,
 )
 from harness.perf.results import Measurement, load_passes, load_results
-from harness.perf.sequential import ab_strata
+from harness.perf.sequential import AB_BLOCK, MIN_BLOCKS, judge_pairs
 
 if TYPE_CHECKING:
     from harness.perf.ab import ABResult
@@ -217,7 +216,9 @@ def _decide(rows: list[Row]) -> tuple[int, list[str]]:
             f"{len(too_few)} timing benchmark(s) have too few samples for the significance "
             f"test to ever reach p < {stats.ALPHA:g} (fewest: {_fewest(too_few)}): a 2x "
             "regression there would pass unseen. Measure with more samples (more --passes, "
-            "or without --quick): at least 7 per side pooled, or 2 passes of 5."
+            "or without --quick): at least 7 per side pooled, or 2 passes of 5; A/B pairs "
+            f"need at least {MIN_BLOCKS * AB_BLOCK} ({MIN_BLOCKS} blocks of {AB_BLOCK}, each "
+            "its own pair of processes)."
         )
     undecided = [r for r in rows if r.status is RowStatus.UNDECIDED]
     for r in undecided:
@@ -277,7 +278,9 @@ def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
         row.n_base, row.n_head = len(result.base), len(result.head)
         row.base = statistics.median(result.base)
         row.head = statistics.median(result.head)
-        _judge(row, ab_strata(result.base, result.head), report.factor)
+        _judge(row, judge_pairs(result.base, result.head, report.factor))
+        if row.status is RowStatus.UNDECIDED or row.status is RowStatus.TOO_FEW_SAMPLES:
+            row.p = None  # the blocks' interval decided, not the pairs' rank test
         row.passes, row.method = len(result.base), "A/B pairs"
     code, why = _decide(rows)
     return dataclasses.replace(
@@ -302,20 +305,20 @@ def _compare_samples(
     else:
         strata = [(b.samples or [], h.samples or [])]
         row.method = "pooled"
-    _judge(row, strata, factor)
+    _judge(row, decision.compare(strata, factor))
+    if row.ratio is not None:
+        row.p = stats.p_slower(strata) if row.ratio >= 1 else stats.p_faster(strata)
 
 
-def _judge(row: Row, strata: Sequence[stats.Stratum], factor: float) -> None:
-    """Status, ratio, interval and p of a timing row from its strata (decision.py)."""
-    sizes = [(len(stats._clean(x)), len(stats._clean(y))) for x, y in strata]
-    row.factor_used = factor
-    if stats.min_p(sizes) >= stats.ALPHA:
+def _judge(row: Row, found: decision.Comparison) -> None:
+    """Status, ratio and interval of a timing row from its comparison (decision.py). Samples
+    that could never build an interval (too few to reach ALPHA) are TOO_FEW_SAMPLES."""
+    row.factor_used = found.factor
+    row.ratio = None if math.isnan(found.estimate) else found.estimate
+    if not math.isfinite(found.high):
         row.status = RowStatus.TOO_FEW_SAMPLES
-        row.ratio = stats.ratio(strata) if any(n and m for n, m in sizes) else None
         return
-    found = decision.compare(strata, factor)
-    row.ratio, row.low, row.high = found.estimate, found.low, found.high
-    row.p = stats.p_slower(strata) if found.estimate >= 1 else stats.p_faster(strata)
+    row.low, row.high = found.low, found.high
     row.status = RowStatus(found.verdict.value)
     row.would_need = found.would_need()
 

@@ -8,8 +8,9 @@ MAX_LOOKS) because every look is one more chance for noise to cross the line: wi
 7 looks at a one-sided 0.001 each, the chance that identical code ever reads "significantly
 slower" stays below 1% (Bonferroni).
 
-The sampler and the clock are arguments, so that tests drive this loop with synthetic pairs and
-a fake clock (ab.py passes the workers' sampler and time.monotonic).
+Pair i belongs to block i // AB_BLOCK; the sampler starts a fresh pair of worker processes at
+every block's first pair. The sampler and the clock are arguments, so that tests drive this
+loop with synthetic pairs and a fake clock (ab.py passes the workers' sampler and time.monotonic).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from collections.abc import Callable
 
 from harness.perf import stats
 from harness.perf._common import PerfError
-from harness.perf.decision import Comparison, Verdict, compare
+from harness.perf.decision import Comparison, Verdict, compare_blocks
 
-# Consecutive A/B pairs per stratum: samples taken within a second or so of each other are
-# interchangeable, while a load change between blocks shifts both sides alike. 5 v 5 gives
-# p >= 1/252 per block, so 20 pairs (4 blocks) can reach p < 0.001 with a spike in each block.
+# Consecutive A/B pairs per block; each block is measured by a fresh pair of worker processes
+# (ab.py) and is one value of decision.compare_blocks' signed-rank interval, which needs at
+# least 10 blocks to reach ALPHA. 5 pairs: the block's median shrugs off two spikes.
 AB_BLOCK = 5
+# The fewest blocks that can decide anything at ALPHA (signed-rank: 2^-10 < 0.001 < 2^-9).
+MIN_BLOCKS = 10
 # Each look takes this many times the pairs of the one before.
 GROWTH = 1.5
 MAX_LOOKS = 7
@@ -37,8 +40,8 @@ class SamplingPlan:
     """How many A/B pairs to take: ``first`` before the first look, at most ``max_pairs``, and
     no new pair once ``budget_s`` seconds (per benchmark) have passed."""
 
-    first: int = 20
-    max_pairs: int = 200
+    first: int = 60
+    max_pairs: int = 600
     budget_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -50,18 +53,29 @@ class SamplingPlan:
             raise PerfError(f"--ab-budget {self.budget_s!r} is not a time budget: give seconds > 0")
 
     def looks(self) -> list[int]:
-        """The pair counts at which the verdict is looked at."""
+        """The pair counts at which the verdict is looked at (whole blocks)."""
         counts: list[int] = []
         n = float(self.first)
-        while len(counts) < MAX_LOOKS - 1 and math.ceil(n) < self.max_pairs:
-            counts.append(math.ceil(n))
+        while len(counts) < MAX_LOOKS - 1 and _blocks(n) < self.max_pairs:
+            counts.append(_blocks(n))
             n *= GROWTH
-        return [*counts, self.max_pairs]
+        return [*counts, _blocks(self.max_pairs)]
+
+
+def _blocks(pairs: float) -> int:
+    return math.ceil(pairs / AB_BLOCK) * AB_BLOCK
 
 
 def ab_strata(base: list[float], head: list[float]) -> list[stats.Stratum]:
-    """Pairs in blocks of AB_BLOCK consecutive pairs, each block a stratum."""
+    """Pairs in blocks of AB_BLOCK consecutive pairs (one process pair each)."""
     return [(base[i : i + AB_BLOCK], head[i : i + AB_BLOCK]) for i in range(0, len(base), AB_BLOCK)]
+
+
+def judge_pairs(base: list[float], head: list[float], factor: float) -> Comparison:
+    """The verdict on interleaved A/B pairs: their blocks' signed-rank interval."""
+    return compare_blocks(
+        ab_strata(base, head), factor, unit=f"process pairs of {AB_BLOCK} A/B pairs"
+    )
 
 
 @dataclasses.dataclass
@@ -78,8 +92,9 @@ class Sampled:
 
 
 PairSampler = Callable[[int], tuple[float, float]]
-"""Takes pair i (the sampler alternates which side goes first) and returns (base, head) seconds;
-raises SamplerError when a side cannot be measured."""
+"""Takes pair i (the sampler alternates which side goes first, and starts fresh processes at
+each block's first pair) and returns (base, head) seconds; raises SamplerError when a side
+cannot be measured."""
 
 
 class SamplerError(Exception):
@@ -111,7 +126,7 @@ def sample_until_decided(
             base.append(b)
             head.append(h)
         looks += 1
-        comparison = compare(ab_strata(base, head), factor)
+        comparison = judge_pairs(base, head, factor)
         if comparison.verdict is not Verdict.UNDECIDED:
             return Sampled(base, head, comparison, looks, "decided")
         if clock() > deadline:

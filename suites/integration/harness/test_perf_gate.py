@@ -253,7 +253,7 @@ def test_ci_step_on_a_branch_measures_its_merge_base_and_its_ab_pairs_decide(tmp
         perf.PerfStepConfig(machine=MACHINE, measure_base="always", require_baseline=True),
         echo=None,
     )
-    assert asked == [(base, ["bench_tiny.Loop.time_work"], perf.DEFAULT_FACTOR, 20)]
+    assert asked == [(base, ["bench_tiny.Loop.time_work"], perf.DEFAULT_FACTOR, 60)]
     assert result.exit_code == 1, result.markdown
     assert result.skipped_reason is None
     assert f"Baseline: `{base[:10]}` (merge-base of HEAD and main" in result.markdown
@@ -261,7 +261,7 @@ def test_ci_step_on_a_branch_measures_its_merge_base_and_its_ab_pairs_decide(tmp
     assert gate_json["exit_code"] == 1 and gate_json["base"] == base
     (row,) = gate_json["rows"]
     assert row["method"] == "A/B pairs" and row["status"] == "regressed"
-    assert (row["n_base"], row["n_head"]) == (20, 20)
+    assert (row["n_base"], row["n_head"]) == (60, 60)
     assert "Judged on interleaved A/B pairs" in result.markdown
 
 
@@ -282,8 +282,9 @@ def test_ab_pairs_are_taken_for_real_and_a_missing_benchmark_is_an_error(project
     good, missing = ab["bench_tiny.Loop.time_work"], ab["bench_tiny.Loop.time_nope"]
     assert good.error is None and len(good.base) == len(good.head) == 10
     assert all(x > 0 for x in good.base + good.head)  # CPU seconds per call
-    # Judged once, at 10 pairs (the verdict itself is the machine's, not asserted here).
-    assert good.comparison is not None and good.stopped in ("decided", "max_pairs")
+    # 2 blocks of 5 (two fresh process pairs), judged once: too few blocks to decide anything.
+    assert good.comparison is not None and good.stopped == "max_pairs"
+    assert good.comparison.verdict == "undecided" and good.comparison.units == 2
     assert missing.error and "time_nope" in missing.error and not missing.base
 
 
