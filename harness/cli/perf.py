@@ -330,6 +330,134 @@ def ci(
 
 
 @perf.command()
+@bench_option
+@click.option(
+    "--group",
+    type=click.Choice(sorted(lib.GROUPS)),
+    default="cpu",
+    show_default=True,
+    help="The benchmark group to calibrate (A/B pairs are CPU time: not the GPU group).",
+)
+@factor_option
+@click.option(
+    "--trials",
+    type=click.IntRange(min=1, max=1000),
+    default=lib.DEFAULT_TRIALS,
+    show_default=True,
+    help="Trials per level (A/A, and each slowdown); 20 resolves a 95% rate as 19 of 20.",
+)
+@click.option(
+    "--slowdown",
+    "slowdowns",
+    type=float,
+    multiple=True,
+    metavar="FRACTION",
+    help="Injected extra work per sample, repeatable "
+    f"[default: {', '.join(f'{x:g}' for x in lib.DEFAULT_SLOWDOWNS)}].",
+)
+@click.option(
+    "--ab-pairs",
+    type=click.IntRange(min=1, max=lib.MAX_AB_PAIRS),
+    default=lib.DEFAULT_PAIRS,
+    show_default=True,
+    help="A/B pairs before the first look of each trial, as the gate takes them.",
+)
+@click.option(
+    "--ab-budget",
+    type=click.FloatRange(min=0, min_open=True, max=3600),
+    default=lib.MAX_SECONDS_PER_BENCHMARK,
+    show_default=True,
+    metavar="SECONDS",
+    help="At most this many seconds of A/B pairs per benchmark and trial.",
+)
+@machine_option
+def calibrate(
+    bench: str | None,
+    group: str,
+    factor: float,
+    trials: int,
+    slowdowns: tuple[float, ...],
+    ab_pairs: int,
+    ab_budget: float,
+    machine: str | None,
+) -> None:
+    """Measure the gate on this machine now: A/A runs (the working tree against itself) and
+    injected slowdowns, per timing benchmark, at FACTOR. Records the sample CV, the A/A pass
+    and false-alarm rates and the smallest slowdown caught in >= 95% of trials in
+    .asv/calibration/MACHINE.json; the gate then refuses a factor a benchmark cannot support.
+    Long: trials x (1 + slowdowns) gate measurements per benchmark."""
+    import re
+
+    from rich.progress import Progress
+
+    machine = _machine(machine)
+    try:
+        levels = lib.check_slowdowns(slowdowns or lib.DEFAULT_SLOWDOWNS)
+        root = _root()
+        project = lib.Project.load(root)
+        if group == "gpu":
+            raise lib.PerfError(
+                "--group gpu cannot be calibrated with A/B pairs: they time CPU, and a CUDA "
+                "kernel's CPU time is its launch (docs/perf.md)"
+            )
+        pattern = lib.bench_regex(group, bench)
+        names = [
+            n for n in lib.list_timing_benchmarks(root) if not pattern or re.search(pattern, n)
+        ]
+        if not names:
+            raise lib.PerfError(f"no timing benchmark matched {bench!r} in group {group}")
+        head = lib.resolve_commit(project.root, "HEAD")
+        click.echo(
+            f"harness perf calibrate: {len(names)} benchmark(s), {trials} trials of A/A and of "
+            f"{', '.join(f'+{x:.0%}' for x in levels)} at factor {factor:g}, load "
+            f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        )
+        with Progress(transient=False) as bar:
+            task = bar.add_task("calibrating", total=trials * (1 + len(levels)))
+
+            def measure(todo: Any, extra: float) -> dict[str, lib.ABResult]:
+                found: dict[str, lib.ABResult] = lib.measure_ab(
+                    root,
+                    head,
+                    todo,
+                    factor=factor,
+                    pairs=ab_pairs,
+                    max_seconds=ab_budget,
+                    extra=extra,
+                )
+                bar.advance(task)
+                return found
+
+            found = lib.calibrate(
+                names,
+                measure,
+                factor=factor,
+                trials=trials,
+                slowdowns=levels,
+                progress=lambda what: bar.update(task, description=what),
+            )
+        path = lib.calibration_save(
+            project, machine, factor, found, env=lib.env_name(), slowdowns=levels
+        )
+    except lib.PerfError as exc:
+        _fail(exc)
+    for r in found:
+        caught = ", ".join(f"+{float(k):.0%}: {v:.0%}" for k, v in r.caught.items())
+        smallest = "none" if r.smallest_caught is None else f"+{r.smallest_caught:.0%}"
+        click.echo(
+            f"{r.name}: CV {_pct(r.cv)}, block CV {_pct(r.block_cv)}; A/A passed "
+            f"{r.pass_rate:.0%} (false alarms {r.false_alarm_rate:.0%}, undecided "
+            f"{r.undecided_rate:.0%}); caught {caught}; smallest caught in >= 95%: {smallest}"
+            + (f"; {len(r.errors)} failed measurement(s): {r.errors[0]}" if r.errors else "")
+        )
+    click.echo(f"harness perf calibrate: recorded in {path}")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+@perf.command()
 def publish() -> None:
     """Build the asv dashboard into .asv/html, working offline (libraries via npm pack)."""
     try:

@@ -32,6 +32,8 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
 - ``harness.perf.decision``: the verdict on one timing benchmark (:class:`Verdict`:
   regressed, unchanged, improved, undecided) from the confidence interval of its ratio.
 - ``harness.perf.sequential``: more A/B pairs while the verdict is undecided, within a budget.
+- ``harness.perf.calibrate``: A/A runs and injected slowdowns (:func:`calibrate`), the record
+  the gate reads to refuse a factor a benchmark cannot support.
 - ``harness.perf.gating``: the regression gate (:func:`gate`).
 - ``harness.perf.gate_report``: what it returns (:class:`GateReport`, :class:`Row`,
   :class:`RowStatus`), as markdown and JSON.
@@ -69,6 +71,7 @@ from harness.perf.ab import (
     MAX_AB_PAIRS,
     MAX_SECONDS_PER_BENCHMARK,
     ABResult,
+    list_timing_benchmarks,
     measure_ab,
 )
 from harness.perf.baselines import (
@@ -82,6 +85,16 @@ from harness.perf.baselines import (
     record_baseline,
     stored_baseline,
 )
+from harness.perf.calibrate import (
+    DEFAULT_SLOWDOWNS,
+    DEFAULT_TRIALS,
+    BenchmarkCalibration,
+    calibrate,
+    calibration_path,
+    check_factor_supported,
+    check_slowdowns,
+)
+from harness.perf.calibrate import save as calibration_save
 
 # Private, re-exported for suites/integration/harness/test_dashboard.py (perf._RESOURCE_TAG, ...).
 from harness.perf.dashboard import _EXTERNAL_ATTR as _EXTERNAL_ATTR
@@ -196,6 +209,16 @@ __all__ = [
     "ab_strata",
     "sample_until_decided",
     "EXIT_UNDECIDED",
+    "list_timing_benchmarks",
+    # the gate measures itself (calibrate)
+    "DEFAULT_SLOWDOWNS",
+    "DEFAULT_TRIALS",
+    "BenchmarkCalibration",
+    "calibrate",
+    "calibration_path",
+    "calibration_save",
+    "check_factor_supported",
+    "check_slowdowns",
     "DEFAULT_FACTOR",
     "EXIT_NOT_COMPARABLE",
     "EXIT_OK",

@@ -14,6 +14,8 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   f times the sample's CPU time measured at load (an injected slowdown of f, for
   ``harness perf calibrate``), counted in the sample.
 - ``{"op": "teardown"}`` runs the benchmark's teardown.
+- ``{"op": "list"}`` replies ``{"ok": true, "names": [...]}``: every timing benchmark, one name
+  per parameter combination, as the gate's rows name them (``harness perf calibrate``).
 """
 
 import itertools
@@ -39,6 +41,22 @@ def _find(root: str, full_name: str) -> Any:
         else:
             raise ValueError(f"no parameter combination of {name} is {params[:-1]!r}")
     return bench
+
+
+def _list(root: str) -> list[str]:
+    from asv_runner.discovery import disc_benchmarks
+
+    names = []
+    for bench in disc_benchmarks(root):
+        if getattr(bench, "type", None) != "time":
+            continue
+        if bench.params:
+            names += [
+                f"{bench.name}({', '.join(combo)})" for combo in itertools.product(*bench.params)
+            ]
+        else:
+            names.append(bench.name)
+    return names
 
 
 def _load(root: str, full_name: str) -> tuple[Any, Any, int]:
@@ -102,6 +120,8 @@ def main() -> None:
                 if extra > 0:
                     seconds += _spin(extra * reference)
                 reply = {"ok": True, "seconds": seconds / number}
+            elif request["op"] == "list":
+                reply = {"ok": True, "names": _list(root)}
             elif request["op"] == "teardown":
                 if bench is not None:
                     bench.do_teardown()

@@ -255,6 +255,24 @@ def _measure_one(
     return result
 
 
+def list_timing_benchmarks(root: Path | str) -> list[str]:
+    """Every timing benchmark of the working tree (one name per parameter combination), found
+    by asv's discovery in a worker process: this process never imports the benchmarks."""
+    project = Project.load(root)
+    with tempfile.TemporaryDirectory(prefix="harness-perf-list-") as tmp_name:
+        tmp = Path(tmp_name)
+        script = tmp / "ab_worker.py"
+        shutil.copyfile(Path(__file__).with_name("_ab_worker.py"), script)
+        worker = _Worker(script, project.benchmark_dir, _asv_environ(project), tmp)
+        try:
+            reply = worker.ask({"op": "list"})
+        finally:
+            worker.close()
+    if not reply.get("ok"):
+        raise PerfError(f"listing the benchmarks in {project.benchmark_dir} failed: {reply}")
+    return [str(n) for n in reply["names"]]
+
+
 if __name__ == "__main__":  # pragma: no cover - a manual check: python -m harness.perf.ab BASE NAME
     out = measure_ab(Path.cwd(), sys.argv[1], sys.argv[2:], factor=1.2, echo=print)
     for r in out.values():

@@ -26,6 +26,7 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
+from harness.perf.calibrate import check_factor_supported
 from harness.perf.gate_report import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
@@ -155,6 +156,15 @@ def gate(
             )
 
     info = _benchmark_info(project)
+    # A factor a calibration found these benchmarks cannot support is refused before any
+    # verdict (calibrate.py): a PerfError, exit 2, naming them and the record.
+    timing = {
+        name
+        for env in common_envs
+        for name in set(base_results[env]) | set(head_results[env])
+        if info.get(name.split("(", 1)[0], ("", ""))[1] in ("time", "")
+    }
+    check_factor_supported(project, machine, factor, sorted(timing))
     rows: list[Row] = []
     for env in common_envs:
         b_all, h_all = base_results[env], head_results[env]
