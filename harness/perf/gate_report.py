@@ -175,8 +175,9 @@ class GateReport:
             f"Gate: base `{self.base[:10]}` vs head `{self.head[:10]}` on machine "
             f"`{self.machine}`, factor {self.factor:g}: a benchmark regresses when head/base "
             "(the median ratio of base/head samples taken together: A/B pairs or asv passes) "
-            "reaches it and the whole confidence interval of the ratio (stratified "
-            f"Mann-Whitney, {1 - 2 * stats.ALPHA:.1%}) is above 1; it is unchanged only when "
+            "reaches it and the whole confidence interval of the ratio (rank-based, "
+            f"{1 - 2 * stats.ALPHA:.1%}: Mann-Whitney within asv passes, signed-rank over A/B "
+            "blocks) is above 1; it is unchanged only when "
             "the interval lies inside (1/factor, factor); otherwise it is undecided, which "
             "fails (docs/perf.md)."
         )

@@ -289,8 +289,7 @@ def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
         row.base = statistics.median(result.base)
         row.head = statistics.median(result.head)
         _judge(row, judge_pairs(result.base, result.head, report.factor))
-        if row.status is RowStatus.UNDECIDED or row.status is RowStatus.TOO_FEW_SAMPLES:
-            row.p = None  # the blocks' interval decided, not the pairs' rank test
+        row.p = None  # the blocks' interval decided, not the asv samples' rank test
         row.passes, row.method = len(result.base), "A/B pairs"
     code, why = _decide(rows)
     return dataclasses.replace(
