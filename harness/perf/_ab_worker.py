@@ -44,8 +44,9 @@ def _find(root: str, full_name: str) -> Any:
 
 
 def _list(root: str) -> list[str]:
-    from asv_runner.discovery import disc_benchmarks
+    from asv_runner.discovery import disc_benchmarks, update_sys_path
 
+    update_sys_path(root)  # as asv's own listing does: the benchmark folder imports as a package
     names = []
     for bench in disc_benchmarks(root):
         if getattr(bench, "type", None) != "time":

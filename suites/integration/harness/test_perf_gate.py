@@ -369,3 +369,26 @@ def test_a_run_in_another_environment_names_the_stored_baseline_and_keeps_it(
     assert sorted(both) == sorted([env, other]) and both[other] == entry
     assert json.loads(kept.read_text())["env_name"] == other  # its results are still there
     assert perf.stored_baseline(repo, machine=MACHINE, env=env) is not None
+
+
+def test_calibrate_runs_for_real_and_records_what_it_measured(project, monkeypatch):
+    # Wiring only (the worker's list and extra-work requests, the progress bar, the record):
+    # one trial at a budget far too small to decide, so no verdict is asserted.
+    repo, c = project
+    git(repo, "checkout", "-q", c["docs"])
+    monkeypatch.chdir(repo)
+    try:
+        result = CliRunner().invoke(
+            perf_cli,
+            ["calibrate", "--machine", MACHINE, "--trials", "1", "--slowdown", "0.25"]
+            + ["--ab-pairs", "5", "--ab-budget", "2"],
+        )
+    finally:
+        git(repo, "checkout", "-q", "main")
+    assert result.exit_code == 0, result.output
+    assert "1 benchmark(s), 1 trials of A/A and of +25% at factor 1.2" in result.output
+    assert "bench_tiny.Loop.time_work: CV" in result.output
+    data = json.loads((repo / ".asv" / "calibration" / f"{MACHINE}.json").read_text())
+    record = data["factors"]["1.2"]["bench_tiny.Loop.time_work"]
+    assert record["trials"] == 1 and set(record["caught"]) == {"0.25"}
+    assert record["errors"] == []  # both levels measured (how many pairs: the load's)
