@@ -8,7 +8,8 @@ README changes), and runs the documented pull-request command in it ``--runs`` t
 
     harness perf ci --measure-base always --require-baseline
 
-(``--passes`` defaults to 1 here as there; ``--ab-pairs`` to 20). Each run measures base and
+(``--passes`` defaults to 1 here as there; ``--ab-pairs`` to 60; ``--factor`` to the gate's
+default unless given). Each run measures base and
 head afresh. The project is the one the perf tests use
 (suites/integration/harness/tiny_asv_project.py). With ``--load N``, N busy loops
 (``python -c 'while True: pass'``) run for the duration of each gate run, started before it and

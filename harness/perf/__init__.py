@@ -12,10 +12,10 @@ recorded in docs/platform.md ("asv (0.6.6) and pytest-benchmark"):
   path, and results recorded under two spellings never line up.
 - ``asv run -E existing`` saves nothing without ``--set-commit-hash``; ``asv continuous``
   refuses existing environments; ``asv compare`` exits 0 whatever it finds. So :func:`gate`
-  reads the result files itself and applies asv's own statistical test
-  (``asv.commands.compare._is_result_better``: Mann-Whitney U at p < 0.002 on the recorded
-  samples, confidence intervals otherwise, then the factor) and turns "nothing comparable"
-  into exit code 2 instead of a silent pass.
+  reads the result files itself, judges each timing benchmark from the confidence interval
+  of its ratio (the interval of asv's own Mann-Whitney test at p < 0.002, decision.py) into
+  regressed, unchanged, improved or undecided, and turns "undecided" and "nothing
+  comparable" into exit code 2 instead of a silent pass.
 - The published page loads its JavaScript from CDNs; :func:`publish` fetches the same
   libraries at pinned versions with ``npm pack`` and points the page at local copies.
 

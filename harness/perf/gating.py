@@ -1,11 +1,12 @@
 """The regression gate: base against head, benchmark by benchmark, exit 0, 1 or 2.
 
 :func:`gate` reads the asv result files of two commits itself (``asv compare`` exits 0 whatever
-it finds) and, for timing benchmarks, compares their samples pass by pass (stats.py: the median
-of per-pass ratios and a stratified Mann-Whitney test; results.py pairs the passes), then
-applies the factor. "Nothing comparable" and "too few samples to see a regression" are exit 2,
-never a pass. gate_report.py holds what it returns (the rows, their statuses, the report's
-markdown and JSON); baselines.py picks the base; step.py is the ``harness ci`` step around it.
+it finds) and, for timing benchmarks, compares their samples pass by pass (results.py pairs
+the passes) into one of four verdicts (decision.py: regressed, unchanged, improved, undecided,
+from the confidence interval of the ratio and the factor). "Undecided", "nothing comparable"
+and "too few samples to see a regression" are exit 2, never a pass. gate_report.py holds what
+it returns (the rows, their statuses, the report's markdown and JSON); baselines.py picks the
+base; step.py is the ``harness ci`` step around it.
 """
 
 from __future__ import annotations
