@@ -276,6 +276,7 @@ def test_ab_pairs_are_taken_for_real_and_a_missing_benchmark_is_an_error(project
             factor=perf.DEFAULT_FACTOR,
             pairs=10,
             max_pairs=10,
+            max_seconds=600,  # far more than 2 blocks need at any load: max_pairs stops it
         )
     finally:
         git(repo, "checkout", "-q", "main")
