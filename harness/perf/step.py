@@ -356,23 +356,7 @@ def _ci_step(
     notes = [base_note, run_note]
     measured_here = found is not None and baseline == found[0] and len(outcomes) > 1
     if config.ab_pairs:
-        # Not the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its
-        # launch, not its run (the GPU runner is a dedicated machine: wall time is right there).
-        gpu = re.compile(f"^{GROUPS['gpu']}")
-        names = [n for n in ab_candidates(report) if not gpu.match(n)]
-        if not measured_here:
-            # Stored results were measured minutes or days apart, in wall time: what they leave
-            # undecided is measured again on pairs, and a change they show is confirmed there
-            # (a load change between the runs reads as a change: unchanged code read "improved"
-            # 0.83x, and a slower base could hide a regression as an improvement). Unchanged
-            # rows are kept: re-measuring every benchmark would cost every local run minutes.
-            again = {
-                RowStatus.UNDECIDED,
-                RowStatus.TOO_FEW_SAMPLES,
-                RowStatus.REGRESSED,
-                RowStatus.IMPROVED,
-            }
-            names = [r.name for r in report.rows if r.name in names and r.status in again]
+        names = ab_names(report, measured_here=measured_here)
         if names:
             ab = measure_ab(
                 repo_root,
@@ -409,6 +393,31 @@ def _ci_step(
     if report.exit_code == EXIT_NOT_COMPARABLE:
         skipped = f"{report.verdict}: " + "; ".join(report.problems)
     return finish(code, body, skipped, report)
+
+
+# What stored results' verdicts an A/B re-judges (ab_names says why).
+REJUDGED_FROM_STORED = frozenset(
+    {RowStatus.UNDECIDED, RowStatus.TOO_FEW_SAMPLES, RowStatus.REGRESSED, RowStatus.IMPROVED}
+)
+
+
+def ab_names(report: GateReport, *, measured_here: bool) -> list[str]:
+    """The timing benchmarks the step times again in interleaved A/B pairs.
+
+    Never the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its launch,
+    not its run (the GPU runner is a dedicated machine: wall time is right there). With the
+    base measured in this run: every other candidate. With stored results (measured minutes or
+    days apart, in wall time): what they leave undecided is measured again, and a change they
+    show is confirmed (a load change between the runs reads as a change: unchanged code read
+    "improved" 0.83x, and a slower base could hide a regression that way). Unchanged rows are
+    kept: re-measuring every benchmark would cost every local run minutes.
+    """
+    gpu = re.compile(f"^{GROUPS['gpu']}")
+    names = [n for n in ab_candidates(report) if not gpu.match(n)]
+    if measured_here:
+        return names
+    status = {r.name: r.status for r in report.rows}
+    return [n for n in names if status[n] in REJUDGED_FROM_STORED]
 
 
 def _run_failure(report_dir: Path) -> str:

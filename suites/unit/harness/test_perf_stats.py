@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import perf
-from harness.perf import stats
+from harness.perf import stats, step
 from harness.perf.results import Measurement, load_passes, record_pass
 
 
@@ -216,3 +216,19 @@ def test_a_row_status_reaches_the_json_as_its_plain_string_and_an_unknown_one_is
     assert '"status": "regressed"' in text
     with pytest.raises(ValueError, match="'regresed' is not a valid RowStatus"):
         timing_row(status="regresed")
+
+
+def test_with_stored_results_only_undecided_or_changed_cpu_rows_are_timed_again_in_pairs():
+    report = gate_report(
+        timing_row("b.C.time_same", status="unchanged"),
+        timing_row("b.C.time_unsure", status="undecided"),
+        timing_row("b.C.time_few", status=perf.TOO_FEW_SAMPLES),
+        timing_row("b.C.time_slower", status="regressed"),
+        timing_row("b.C.time_faster", status="improved"),
+        timing_row("b.GpuC.time_kernel", status="undecided"),  # CPU time cannot see a kernel
+        timing_row("b.C.track_x", status="regressed", kind="track"),
+    )
+    stored = ["b.C.time_unsure", "b.C.time_few", "b.C.time_slower", "b.C.time_faster"]
+    assert step.ab_names(report, measured_here=False) == stored
+    # With the base measured in this run, every CPU timing row is judged on pairs.
+    assert step.ab_names(report, measured_here=True) == ["b.C.time_same", *stored]
