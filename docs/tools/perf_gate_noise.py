@@ -8,7 +8,8 @@ README changes), and runs the documented pull-request command in it ``--runs`` t
 
     harness perf ci --measure-base always --require-baseline
 
-(``--passes`` defaults to 1 here as there; ``--ab-pairs`` to 20). Each run measures base and
+(``--passes`` defaults to 1 here as there; ``--ab-pairs`` to 60; ``--factor`` to the gate's
+default unless given). Each run measures base and
 head afresh. The project is the one the perf tests use
 (suites/integration/harness/tiny_asv_project.py). With ``--load N``, N busy loops
 (``python -c 'while True: pass'``) run for the duration of each gate run, started before it and
@@ -42,18 +43,22 @@ import tiny_asv_project  # noqa: E402
 MACHINE = "noise-experiment"
 
 
-def make_repo(path: Path, case: str) -> Path:
-    """main: the base; feature (checked out): 2x the work (slow) or a README change (same)."""
+def make_repo(path: Path, case: str, slowdown: float = 1.0) -> Path:
+    """main: the base; feature (checked out): (1 + slowdown) times the work (slow) or a README
+    change (same)."""
     repo, _ = tiny_asv_project.make_repo(path)
     tiny_asv_project.git(repo, "checkout", "-q", "-b", "feature")
     if case == "slow":
-        tiny_asv_project.commit(repo, f"change: {case}", n=2 * tiny_asv_project.BASE_N)
+        n = round((1 + slowdown) * tiny_asv_project.BASE_N)
+        tiny_asv_project.commit(repo, f"change: {case}", n=n)
     else:
         tiny_asv_project.commit(repo, f"change: {case}", readme="tiny, documented\n")
     return repo
 
 
-def gate_once(repo: Path, reports: Path, passes: int, load: int) -> dict[str, Any]:
+def gate_once(
+    repo: Path, reports: Path, passes: int, load: int, factor: float | None = None
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
@@ -71,7 +76,7 @@ def gate_once(repo: Path, reports: Path, passes: int, load: int) -> dict[str, An
         MACHINE,
         "--report-dir",
         str(reports),
-    ]
+    ] + ([] if factor is None else ["--factor", str(factor)])
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_BASE_REF", "CI")}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
     started = time.monotonic()
@@ -94,9 +99,11 @@ def gate_once(repo: Path, reports: Path, passes: int, load: int) -> dict[str, An
             passes=bench["passes"],
             method=bench["method"],
             status=bench["status"],
+            interval=[bench.get("low"), bench.get("high")],
+            pairs=bench["n_base"],
         )
     row["ab"] = "interleaved A/B pairs" in proc.stdout
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in (0, 1) and "UNDECIDED" not in proc.stdout:
         row["tail"] = (proc.stdout + proc.stderr)[-2000:]
     return row
 
@@ -107,6 +114,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--load", type=int, default=0, help="busy loops during each run")
     parser.add_argument("--passes", type=int, default=1)
+    parser.add_argument(
+        "--slowdown", type=float, default=1.0, help="slow case: this fraction more work (1: 2x)"
+    )
+    parser.add_argument("--factor", type=float, default=None, help="the gate's (its default)")
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
     args = parser.parse_args()
 
@@ -119,12 +130,13 @@ def main() -> int:
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="perf-gate-noise-") as tmp:
-        repo = make_repo(Path(tmp), args.case)
+        repo = make_repo(Path(tmp), args.case, args.slowdown)
         for n in range(args.runs):
-            row = gate_once(repo, Path(tmp) / f"reports-{n}", args.passes, args.load)
+            row = gate_once(repo, Path(tmp) / f"reports-{n}", args.passes, args.load, args.factor)
             rows.append(row)
             print(
-                f"run {n + 1:2d}: exit {row['exit']} ratio {row.get('ratio')} p {row.get('p')} "
+                f"run {n + 1:2d}: exit {row['exit']} {row.get('status')} ratio {row.get('ratio')} "
+                f"interval {row.get('interval')} p {row.get('p')} "
                 f"compared {row.get('passes')} {row.get('method')} "
                 f"{row['seconds']} s load1 {row['load1']}",
                 flush=True,

@@ -1,10 +1,12 @@
 """`harness perf`: asv benchmarks, the regression gate and the offline dashboard.
 
 A thin front for ``harness.perf``; docs/perf.md is the guide. Exit codes of `gate` and `ci`:
-0 nothing regressed, 1 a significant regression (or a failing benchmark), 2 nothing comparable
-or too few samples. Every command exits 2 for a bad argument (a machine name that is not one,
-a factor that cannot fail, a ref starting with '-', a regex that does not compile, a --json
-folder that does not exist, no benchmark matched), checked before any work.
+0 nothing regressed (every timing benchmark unchanged or improved, with evidence), 1 a
+significant regression (or a failing benchmark), 2 undecided (too noisy to tell at the
+factor), nothing comparable or too few samples. Every command exits 2 for a bad argument (a
+machine name that is not one, a factor that cannot fail, a ref starting with '-', a regex
+that does not compile, a --json folder that does not exist, no benchmark matched), checked
+before any work.
 """
 
 from __future__ import annotations
@@ -93,8 +95,9 @@ factor_option = click.option(
     default=lib.DEFAULT_FACTOR,
     show_default=True,
     callback=_checked(lib.check_factor),
-    help="A benchmark regresses when head/base exceeds this (> 1, <= "
-    f"{lib.MAX_FACTOR:g}) AND the difference is significant.",
+    help="A benchmark regresses when head/base reaches this (> 1, <= "
+    f"{lib.MAX_FACTOR:g}) AND its confidence interval is above 1; it is unchanged only when "
+    "the interval lies inside (1/FACTOR, FACTOR); otherwise undecided (exit 2).",
 )
 
 bench_option = click.option(
@@ -203,7 +206,8 @@ def run(
 )
 def gate(base: str, head: str, factor: float, machine: str | None, json_path: Path | None) -> None:
     """Compare the results of BASE and HEAD. Exit 0: nothing regressed; 1: a benchmark is
-    significantly slower than FACTOR allows, or fails; 2: nothing comparable (missing results,
+    significantly slower than FACTOR allows, or fails; 2: undecided (too noisy to tell at
+    FACTOR: the output says what it would need), nothing comparable (missing results,
     environment-name mismatch, changed benchmark code), too few samples to see a regression,
     or a bad argument."""
     machine = _machine(machine)
@@ -254,9 +258,18 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
     type=click.IntRange(min=0, max=lib.MAX_AB_PAIRS),
     default=lib.DEFAULT_PAIRS,
     show_default=True,
-    help="When the base is measured here, time each timing benchmark again in this many "
-    "interleaved base/head sample pairs, which decide its verdict (0: the asv samples "
-    "decide).",
+    help="Time timing benchmarks again in interleaved base/head sample pairs, which decide "
+    "their verdict: this many first, more while undecided (every timing benchmark when the "
+    "base is measured here; the undecided and regressed ones when it is stored). 0: the asv "
+    "samples decide.",
+)
+@click.option(
+    "--ab-budget",
+    type=click.FloatRange(min=0, min_open=True, max=3600),
+    default=lib.MAX_SECONDS_PER_BENCHMARK,
+    show_default=True,
+    metavar="SECONDS",
+    help="At most this many seconds of A/B pairs per benchmark; still undecided then: exit 2.",
 )
 @click.option(
     "--group",
@@ -282,6 +295,7 @@ def ci(
     measure_base: lib.MeasureBase,  # one of click.Choice's, checked again by PerfStepConfig
     passes: int,
     ab_pairs: int,
+    ab_budget: float,
     group: str,
     bench: str | None,
     base_ref: str | None,
@@ -297,6 +311,7 @@ def ci(
             measure_base=measure_base,
             passes=passes,
             ab_pairs=ab_pairs,
+            ab_budget_s=ab_budget,
             group=group,
             bench=bench,
             machine=_machine(machine),
@@ -312,6 +327,134 @@ def ci(
         with open(summary, "a", encoding="utf-8") as f:
             f.write(result.markdown + "\n")
     sys.exit(result.exit_code)
+
+
+@perf.command()
+@bench_option
+@click.option(
+    "--group",
+    type=click.Choice(sorted(lib.GROUPS)),
+    default="cpu",
+    show_default=True,
+    help="The benchmark group to calibrate (A/B pairs are CPU time: not the GPU group).",
+)
+@factor_option
+@click.option(
+    "--trials",
+    type=click.IntRange(min=1, max=1000),
+    default=lib.DEFAULT_TRIALS,
+    show_default=True,
+    help="Trials per level (A/A, and each slowdown); 20 resolves a 95% rate as 19 of 20.",
+)
+@click.option(
+    "--slowdown",
+    "slowdowns",
+    type=float,
+    multiple=True,
+    metavar="FRACTION",
+    help="Injected extra work per sample, repeatable "
+    f"[default: {', '.join(f'{x:g}' for x in lib.DEFAULT_SLOWDOWNS)}].",
+)
+@click.option(
+    "--ab-pairs",
+    type=click.IntRange(min=1, max=lib.MAX_AB_PAIRS),
+    default=lib.DEFAULT_PAIRS,
+    show_default=True,
+    help="A/B pairs before the first look of each trial, as the gate takes them.",
+)
+@click.option(
+    "--ab-budget",
+    type=click.FloatRange(min=0, min_open=True, max=3600),
+    default=lib.MAX_SECONDS_PER_BENCHMARK,
+    show_default=True,
+    metavar="SECONDS",
+    help="At most this many seconds of A/B pairs per benchmark and trial.",
+)
+@machine_option
+def calibrate(
+    bench: str | None,
+    group: str,
+    factor: float,
+    trials: int,
+    slowdowns: tuple[float, ...],
+    ab_pairs: int,
+    ab_budget: float,
+    machine: str | None,
+) -> None:
+    """Measure the gate on this machine now: A/A runs (the working tree against itself) and
+    injected slowdowns, per timing benchmark, at FACTOR. Records the sample CV, the A/A pass
+    and false-alarm rates and the smallest slowdown caught in >= 95% of trials in
+    .asv/calibration/MACHINE.json; the gate then refuses a factor a benchmark cannot support.
+    Long: trials x (1 + slowdowns) gate measurements per benchmark."""
+    import re
+
+    from rich.progress import Progress
+
+    machine = _machine(machine)
+    try:
+        levels = lib.check_slowdowns(slowdowns or lib.DEFAULT_SLOWDOWNS)
+        root = _root()
+        project = lib.Project.load(root)
+        if group == "gpu":
+            raise lib.PerfError(
+                "--group gpu cannot be calibrated with A/B pairs: they time CPU, and a CUDA "
+                "kernel's CPU time is its launch (docs/perf.md)"
+            )
+        pattern = lib.bench_regex(group, bench)
+        names = [
+            n for n in lib.list_timing_benchmarks(root) if not pattern or re.search(pattern, n)
+        ]
+        if not names:
+            raise lib.PerfError(f"no timing benchmark matched {bench!r} in group {group}")
+        head = lib.resolve_commit(project.root, "HEAD")
+        click.echo(
+            f"harness perf calibrate: {len(names)} benchmark(s), {trials} trials of A/A and of "
+            f"{', '.join(f'+{x:.0%}' for x in levels)} at factor {factor:g}, load "
+            f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        )
+        with Progress(transient=False) as bar:
+            task = bar.add_task("calibrating", total=trials * (1 + len(levels)))
+
+            def measure(todo: Any, extra: float) -> dict[str, lib.ABResult]:
+                found: dict[str, lib.ABResult] = lib.measure_ab(
+                    root,
+                    head,
+                    todo,
+                    factor=factor,
+                    pairs=ab_pairs,
+                    max_seconds=ab_budget,
+                    extra=extra,
+                )
+                bar.advance(task)
+                return found
+
+            found = lib.calibrate(
+                names,
+                measure,
+                factor=factor,
+                trials=trials,
+                slowdowns=levels,
+                progress=lambda what: bar.update(task, description=what),
+            )
+        path = lib.calibration_save(
+            project, machine, factor, found, env=lib.env_name(), slowdowns=levels
+        )
+    except lib.PerfError as exc:
+        _fail(exc)
+    for r in found:
+        caught = ", ".join(f"+{float(k):.0%}: {v:.0%}" for k, v in r.caught.items())
+        smallest = "none" if r.smallest_caught is None else f"+{r.smallest_caught:.0%}"
+        click.echo(
+            f"{r.name}: CV {_pct(r.cv)}, block CV {_pct(r.block_cv)}; A/A passed "
+            f"{r.pass_rate:.0%} (false alarms {r.false_alarm_rate:.0%}, undecided "
+            f"{r.undecided_rate:.0%}); caught {caught}; smallest caught in >= 95%: {smallest}"
+            + (f"; {len(r.errors)} failed measurement(s): {r.errors[0]}" if r.errors else "")
+        )
+    click.echo(f"harness perf calibrate: recorded in {path}")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 @perf.command()

@@ -12,10 +12,10 @@ recorded in docs/platform.md ("asv (0.6.6) and pytest-benchmark"):
   path, and results recorded under two spellings never line up.
 - ``asv run -E existing`` saves nothing without ``--set-commit-hash``; ``asv continuous``
   refuses existing environments; ``asv compare`` exits 0 whatever it finds. So :func:`gate`
-  reads the result files itself and applies asv's own statistical test
-  (``asv.commands.compare._is_result_better``: Mann-Whitney U at p < 0.002 on the recorded
-  samples, confidence intervals otherwise, then the factor) and turns "nothing comparable"
-  into exit code 2 instead of a silent pass.
+  reads the result files itself, judges each timing benchmark from the confidence interval
+  of its ratio (the interval of asv's own Mann-Whitney test at p < 0.002, decision.py) into
+  regressed, unchanged, improved or undecided, and turns "undecided" and "nothing
+  comparable" into exit code 2 instead of a silent pass.
 - The published page loads its JavaScript from CDNs; :func:`publish` fetches the same
   libraries at pinned versions with ``npm pack`` and points the page at local copies.
 
@@ -29,6 +29,11 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
   samples measured in the same alternating pass.
 - ``harness.perf.stats``: the gate's statistics (median of per-pass ratios, a stratified
   Mann-Whitney test, the fewest samples that can show a regression).
+- ``harness.perf.decision``: the verdict on one timing benchmark (:class:`Verdict`:
+  regressed, unchanged, improved, undecided) from the confidence interval of its ratio.
+- ``harness.perf.sequential``: more A/B pairs while the verdict is undecided, within a budget.
+- ``harness.perf.calibrate``: A/A runs and injected slowdowns (:func:`calibrate`), the record
+  the gate reads to refuse a factor a benchmark cannot support.
 - ``harness.perf.gating``: the regression gate (:func:`gate`).
 - ``harness.perf.gate_report``: what it returns (:class:`GateReport`, :class:`Row`,
   :class:`RowStatus`), as markdown and JSON.
@@ -61,7 +66,14 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
-from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, ABResult, measure_ab
+from harness.perf.ab import (
+    DEFAULT_PAIRS,
+    MAX_AB_PAIRS,
+    MAX_SECONDS_PER_BENCHMARK,
+    ABResult,
+    list_timing_benchmarks,
+    measure_ab,
+)
 from harness.perf.baselines import (
     BASELINE_SEARCH_DEPTH,
     StoredBaseline,
@@ -73,6 +85,16 @@ from harness.perf.baselines import (
     record_baseline,
     stored_baseline,
 )
+from harness.perf.calibrate import (
+    DEFAULT_SLOWDOWNS,
+    DEFAULT_TRIALS,
+    BenchmarkCalibration,
+    calibrate,
+    calibration_path,
+    check_factor_supported,
+    check_slowdowns,
+)
+from harness.perf.calibrate import save as calibration_save
 
 # Private, re-exported for suites/integration/harness/test_dashboard.py (perf._RESOURCE_TAG, ...).
 from harness.perf.dashboard import _EXTERNAL_ATTR as _EXTERNAL_ATTR
@@ -86,10 +108,12 @@ from harness.perf.dashboard import (
     make_offline,
     publish,
 )
+from harness.perf.decision import Comparison, Verdict, compare
 from harness.perf.gate_report import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
+    EXIT_UNDECIDED,
     STATUS_MARK,
     TOO_FEW_SAMPLES,
     GateReport,
@@ -115,6 +139,13 @@ from harness.perf.runs import (
     quick_attributes,
     run_benchmarks,
     run_interleaved,
+)
+from harness.perf.sequential import (
+    Sampled,
+    SamplerError,
+    SamplingPlan,
+    ab_strata,
+    sample_until_decided,
 )
 from harness.perf.step import MEASURE_BASE, MeasureBase, PerfStepConfig, PerfStepResult, ci_step
 
@@ -165,8 +196,29 @@ __all__ = [
     # interleaved A/B timing (ab)
     "DEFAULT_PAIRS",
     "MAX_AB_PAIRS",
+    "MAX_SECONDS_PER_BENCHMARK",
     "ABResult",
     "measure_ab",
+    # the verdict (decision) and sequential sampling (sequential)
+    "Comparison",
+    "Verdict",
+    "compare",
+    "Sampled",
+    "SamplerError",
+    "SamplingPlan",
+    "ab_strata",
+    "sample_until_decided",
+    "EXIT_UNDECIDED",
+    "list_timing_benchmarks",
+    # the gate measures itself (calibrate)
+    "DEFAULT_SLOWDOWNS",
+    "DEFAULT_TRIALS",
+    "BenchmarkCalibration",
+    "calibrate",
+    "calibration_path",
+    "calibration_save",
+    "check_factor_supported",
+    "check_slowdowns",
     "DEFAULT_FACTOR",
     "EXIT_NOT_COMPARABLE",
     "EXIT_OK",

@@ -10,8 +10,12 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   ``{"ok": true, "number": N}``, or ``{"ok": false, "error": "..."}`` (not a timing benchmark,
   skipped by its setup, raised).
 - ``{"op": "sample"}`` times one sample in CPU time (``time.process_time``); replies
-  ``{"ok": true, "seconds": per-call time}``.
+  ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
+  f times the sample's CPU time measured at load (an injected slowdown of f, for
+  ``harness perf calibrate``), counted in the sample.
 - ``{"op": "teardown"}`` runs the benchmark's teardown.
+- ``{"op": "list"}`` replies ``{"ok": true, "names": [...]}``: every timing benchmark, one name
+  per parameter combination, as the gate's rows name them (``harness perf calibrate``).
 """
 
 import itertools
@@ -37,6 +41,23 @@ def _find(root: str, full_name: str) -> Any:
         else:
             raise ValueError(f"no parameter combination of {name} is {params[:-1]!r}")
     return bench
+
+
+def _list(root: str) -> list[str]:
+    from asv_runner.discovery import disc_benchmarks, update_sys_path
+
+    update_sys_path(root)  # as asv's own listing does: the benchmark folder imports as a package
+    names = []
+    for bench in disc_benchmarks(root):
+        if getattr(bench, "type", None) != "time":
+            continue
+        if bench.params:
+            names += [
+                f"{bench.name}({', '.join(combo)})" for combo in itertools.product(*bench.params)
+            ]
+        else:
+            names.append(bench.name)
+    return names
 
 
 def _load(root: str, full_name: str) -> tuple[Any, Any, int]:
@@ -67,6 +88,15 @@ def _load(root: str, full_name: str) -> tuple[Any, Any, int]:
     return bench, timer, number
 
 
+def _spin(seconds: float) -> float:
+    """Burn this much CPU time (the injected extra work); returns the CPU time it took."""
+    start = time.process_time()
+    x = 0
+    while time.process_time() - start < seconds:
+        x += 1
+    return time.process_time() - start
+
+
 def main() -> None:
     # Replies go to the original stdout; anything a benchmark prints (Python or C) goes to stderr.
     replies = os.fdopen(os.dup(1), "w")
@@ -76,15 +106,23 @@ def main() -> None:
     bench: Any = None
     timer: Any = None
     number = 1
+    reference = 0.0  # one sample's CPU time right after load: the unit of injected extra work
     for line in sys.stdin:
         request = json.loads(line)
         reply: dict[str, Any]
         try:
             if request["op"] == "load":
                 bench, timer, number = _load(root, request["name"])
+                reference = sorted(timer.timeit(number) for _ in range(3))[1]
                 reply = {"ok": True, "number": number}
             elif request["op"] == "sample":
-                reply = {"ok": True, "seconds": timer.timeit(number) / number}
+                seconds = timer.timeit(number)
+                extra = float(request.get("extra", 0.0))
+                if extra > 0:
+                    seconds += _spin(extra * reference)
+                reply = {"ok": True, "seconds": seconds / number}
+            elif request["op"] == "list":
+                reply = {"ok": True, "names": _list(root)}
             elif request["op"] == "teardown":
                 if bench is not None:
                     bench.do_teardown()

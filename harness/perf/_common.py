@@ -152,7 +152,8 @@ def check_factor(factor: float, *, source: str = "--factor") -> float:
         raise PerfError(
             f"{source} {factor!r} cannot gate: it is the ratio head/base above which a "
             f"significant slowdown fails, so it must be a finite number > 1 and <= {MAX_FACTOR:g} "
-            "(1.3 on shared CPU runners, 1.2 on a dedicated machine; docs/perf.md)"
+            "(1.2 by default; `harness perf calibrate` measures what each benchmark supports; "
+            "docs/perf.md)"
         )
     return float(factor)
 

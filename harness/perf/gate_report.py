@@ -18,13 +18,15 @@ from harness.perf import stats
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # a benchmark significantly slower than the factor allows, or failing
 EXIT_NOT_COMPARABLE = 2  # nothing could be compared: missing results, env or code mismatch
+EXIT_UNDECIDED = 2  # compared, but too noisy to tell at the factor: never a pass
 
 
 class RowStatus(enum.StrEnum):
     """The verdict on one benchmark, base against head; written to perf-gate.json as its value.
 
-    A row gets one status when :func:`gate` reads both sides' results: the first five below
-    (COMPARABLE) from the factor and the significance test, INFORMATIONAL for track_info_*, the
+    A row gets one status when :func:`gate` reads both sides' results: the first four below
+    (COMPARABLE; decision.Verdict's four, which say what each means) from the confidence
+    interval of the ratio and the factor, INFORMATIONAL for track_info_*, the
     rest when one side is missing, failed, skipped or ran different benchmark code. The only
     transition is :func:`apply_ab` re-judging a timing row (COMPARABLE or TOO_FEW_SAMPLES) on
     its interleaved A/B pairs, which gives it a status from COMPARABLE or TOO_FEW_SAMPLES again.
@@ -33,8 +35,9 @@ class RowStatus(enum.StrEnum):
     REGRESSED = "regressed"
     IMPROVED = "improved"
     UNCHANGED = "unchanged"
-    SLOWER_NOT_SIGNIFICANT = "slower, not significant"
-    FASTER_NOT_SIGNIFICANT = "faster, not significant"
+    UNDECIDED = "undecided"
+    """Too noisy, or too few samples, to tell at the factor, after sampling more where the
+    gate could (A/B pairs): exit 2, and the gate says what it would need."""
     TOO_FEW_SAMPLES = "too few samples to see a regression"
     """A timing benchmark whose samples can never reach significance (stats.min_p >= ALPHA):
     the gate cannot see a regression there, not even a 10x one, and says so (exit 2)."""
@@ -52,8 +55,7 @@ COMPARABLE = frozenset(
         RowStatus.REGRESSED,
         RowStatus.IMPROVED,
         RowStatus.UNCHANGED,
-        RowStatus.SLOWER_NOT_SIGNIFICANT,
-        RowStatus.FASTER_NOT_SIGNIFICANT,
+        RowStatus.UNDECIDED,
     }
 )
 # What fails the gate (exit 1).
@@ -81,6 +83,10 @@ class Row:
     p: float | None = None  # one-sided p-value of the direction of the ratio (stats.py)
     method: str = ""  # how the samples were compared: "passes", "pooled" or "A/B pairs"
     kind: str | None = None  # asv's benchmark type: time, track, peakmem...
+    low: float | None = None  # the confidence interval of ratio (decision.py)
+    high: float | None = None
+    factor_used: float | None = None  # the factor the row was judged at
+    would_need: str = ""  # for an undecided row: the samples or factor that would decide it
 
     def __post_init__(self) -> None:
         self.status = RowStatus(self.status)
@@ -99,8 +105,7 @@ STATUS_MARK = {
     RowStatus.FAILED_IN_HEAD: "❌",
     RowStatus.IMPROVED: "✅",
     RowStatus.UNCHANGED: "",
-    RowStatus.SLOWER_NOT_SIGNIFICANT: "~",
-    RowStatus.FASTER_NOT_SIGNIFICANT: "~",
+    RowStatus.UNDECIDED: "?",
     RowStatus.TOO_FEW_SAMPLES: "⚠",
 }
 
@@ -122,6 +127,12 @@ class GateReport:
             bad = [r for r in self.rows if r.status in FAILING]
             return f"REGRESSION: {len(bad)} benchmark(s) significantly slower or failing"
         too_few = sum(r.status is RowStatus.TOO_FEW_SAMPLES for r in self.rows)
+        undecided = sum(r.status is RowStatus.UNDECIDED for r in self.rows)
+        if self.exit_code == EXIT_UNDECIDED and undecided and not too_few:
+            return (
+                f"UNDECIDED: {undecided} benchmark(s) too noisy to tell at factor "
+                f"{self.factor:g} (see above for what each would need)"
+            )
         if self.exit_code == EXIT_NOT_COMPARABLE and too_few:
             return (
                 f"TOO FEW SAMPLES: {too_few} benchmark(s) cannot show a regression with the "
@@ -130,14 +141,14 @@ class GateReport:
         if self.exit_code == EXIT_NOT_COMPARABLE:
             return "NOT COMPARABLE: nothing could be compared (see above)"
         n = sum(r.comparable for r in self.rows)
-        return f"OK: no significant regression in {n} comparable benchmark(s)"
+        return f"OK: no regression in {n} comparable benchmark(s)"
 
     def table(self) -> str:
         """The ratio table as GitHub markdown."""
         lines = [
             f"| | benchmark | base `{self.base[:10]}` | head `{self.head[:10]}` | ratio | "
-            f"samples | compared | p | status |",
-            "|---|---|---|---|---|---|---|---|---|",
+            f"interval | samples | compared | p | status |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         envs = {r.env_name for r in self.rows}
         for r in self.rows:
@@ -148,9 +159,14 @@ class GateReport:
             head = "-" if r.status is RowStatus.MISSING_IN_HEAD else _human(r.head, r.unit)
             passes = f"{r.passes} {r.method}" if r.passes else r.method or "-"
             p = "-" if r.p is None else f"{r.p:.2g}"
+            interval = (
+                f"{r.low:.2f}-{r.high:.2f}"
+                if r.low is not None and r.high is not None and math.isfinite(r.high)
+                else "-"
+            )
             lines.append(
                 f"| {STATUS_MARK.get(r.status, '?')} | `{name}` | {base} | {head} | {ratio} | "
-                f"{samples} | {passes} | {p} | {r.status} |"
+                f"{interval} | {samples} | {passes} | {p} | {r.status} |"
             )
         return "\n".join(lines)
 
@@ -158,9 +174,12 @@ class GateReport:
         head = (
             f"Gate: base `{self.base[:10]}` vs head `{self.head[:10]}` on machine "
             f"`{self.machine}`, factor {self.factor:g}: a benchmark regresses when head/base "
-            "(the median of the ratios of base/head samples taken together: A/B pairs or asv "
-            "passes) exceeds it and a Mann-Whitney test within those groups gives "
-            f"p < {stats.ALPHA:g} (docs/perf.md)."
+            "(the median ratio of base/head samples taken together: A/B pairs or asv passes) "
+            "reaches it and the whole confidence interval of the ratio (rank-based, "
+            f"{1 - 2 * stats.ALPHA:.1%}: Mann-Whitney within asv passes, signed-rank over A/B "
+            "blocks) is above 1; it is unchanged only when "
+            "the interval lies inside (1/factor, factor); otherwise it is undecided, which "
+            "fails (docs/perf.md)."
         )
         parts = [head]
         parts += [f"- {p}" for p in self.problems]
@@ -178,10 +197,11 @@ class GateReport:
             "factor": self.factor,
             "problems": self.problems,
             "verdict": self.verdict,
-            # NaN (a skipped benchmark) is not JSON: it becomes null, like a missing value.
+            # NaN (a skipped benchmark) and an unbounded interval are not JSON: they become
+            # null, like a missing value.
             "rows": [
                 {
-                    k: None if isinstance(v, float) and math.isnan(v) else v
+                    k: None if isinstance(v, float) and not math.isfinite(v) else v
                     for k, v in dataclasses.asdict(r).items()
                 }
                 for r in self.rows

@@ -1,11 +1,12 @@
 """The regression gate: base against head, benchmark by benchmark, exit 0, 1 or 2.
 
 :func:`gate` reads the asv result files of two commits itself (``asv compare`` exits 0 whatever
-it finds) and, for timing benchmarks, compares their samples pass by pass (stats.py: the median
-of per-pass ratios and a stratified Mann-Whitney test; results.py pairs the passes), then
-applies the factor. "Nothing comparable" and "too few samples to see a regression" are exit 2,
-never a pass. gate_report.py holds what it returns (the rows, their statuses, the report's
-markdown and JSON); baselines.py picks the base; step.py is the ``harness ci`` step around it.
+it finds) and, for timing benchmarks, compares their samples pass by pass (results.py pairs
+the passes) into one of four verdicts (decision.py: regressed, unchanged, improved, undecided,
+from the confidence interval of the ratio and the factor). "Undecided", "nothing comparable"
+and "too few samples to see a regression" are exit 2, never a pass. gate_report.py holds what
+it returns (the rows, their statuses, the report's markdown and JSON); baselines.py picks the
+base; step.py is the ``harness ci`` step around it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.perf import stats
+from harness.perf import decision, stats
 from harness.perf._common import (
     Project,
     check_factor,
@@ -27,10 +27,12 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
+from harness.perf.calibrate import check_factor_supported
 from harness.perf.gate_report import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
+    EXIT_UNDECIDED,
     FAILING,
     GateReport,
     Row,
@@ -38,17 +40,19 @@ from harness.perf.gate_report import (
     _n,
 )
 from harness.perf.results import Measurement, load_passes, load_results
+from harness.perf.sequential import AB_BLOCK, MIN_BLOCKS, judge_pairs
 
 if TYPE_CHECKING:
     from harness.perf.ab import ABResult
 
-# Ratios seen for identical code on a quiet 2-core CI machine: 0.90-1.06 (docs/platform.md), so 1.2
-# is the floor there. With the machine shared by other jobs (load 2-5 on 2 cores), unchanged
-# code measured base/head alternately still reached 1.21-1.26 in about 1 pair of 20, and asv's
-# test called those significant: 1.3 is the factor that noise allows (docs/perf.md). A 2x
-# slowdown read 1.46-3.1 under the same load. Quiet dedicated runners (the GPU machine) can
-# pass --factor 1.2.
-DEFAULT_FACTOR = 1.3
+# The factor is the line between "unchanged" and "regressed" (decision.py): a benchmark
+# regresses when the estimate of head/base reaches it and the slowdown is significant, and is
+# unchanged only when the whole confidence interval stays below it. Noise no longer decides
+# how low it can be (too much noise reads "undecided", exit 2, never a pass); what does is a
+# systematic difference between two processes running identical code: 0.96-1.07 for interleaved
+# CPU-time pairs before both workers got the same hash seed (docs/perf.md). 1.2 keeps that
+# below the line with room; `harness perf calibrate` measures what each benchmark supports.
+DEFAULT_FACTOR = 1.2
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,6 +157,15 @@ def gate(
             )
 
     info = _benchmark_info(project)
+    # A factor a calibration found these benchmarks cannot support is refused before any
+    # verdict (calibrate.py): a PerfError, exit 2, naming them and the record.
+    timing = {
+        name
+        for env in common_envs
+        for name in set(base_results[env]) | set(head_results[env])
+        if info.get(name.split("(", 1)[0], ("", ""))[1] in ("time", "")
+    }
+    check_factor_supported(project, machine, factor, sorted(timing))
     rows: list[Row] = []
     for env in common_envs:
         b_all, h_all = base_results[env], head_results[env]
@@ -214,12 +227,23 @@ def _decide(rows: list[Row]) -> tuple[int, list[str]]:
             f"{len(too_few)} timing benchmark(s) have too few samples for the significance "
             f"test to ever reach p < {stats.ALPHA:g} (fewest: {_fewest(too_few)}): a 2x "
             "regression there would pass unseen. Measure with more samples (more --passes, "
-            "or without --quick): at least 7 per side pooled, or 2 passes of 5."
+            "or without --quick): at least 7 per side pooled, or 2 passes of 5; A/B pairs "
+            f"need at least {MIN_BLOCKS * AB_BLOCK} ({MIN_BLOCKS} blocks of {AB_BLOCK}, each "
+            "its own pair of processes)."
+        )
+    undecided = [r for r in rows if r.status is RowStatus.UNDECIDED]
+    for r in undecided:
+        problems.append(
+            f"`{r.name}` is undecided at factor {r.factor_used:g}: ratio {r.ratio:.3g}, "
+            f"interval [{_g(r.low)}, {_g(r.high)}] from {_n(r.n_base)} v {_n(r.n_head)} "
+            f"samples; to decide it would need {r.would_need}"
         )
     if any(r.status in FAILING for r in rows):
         return EXIT_REGRESSION, problems
     if too_few:
         return EXIT_NOT_COMPARABLE, problems
+    if undecided:
+        return EXIT_UNDECIDED, problems
     if not any(r.comparable for r in rows):
         changed = sum(r.status is RowStatus.CODE_CHANGED for r in rows)
         problems.append(
@@ -245,10 +269,10 @@ def ab_candidates(report: GateReport) -> list[str]:
 def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
     """The report with each timing row that has A/B pairs judged on those pairs instead.
 
-    The pairs are grouped in blocks of AB_BLOCK consecutive pairs, each block a stratum
-    (stats.py): samples taken within a second or so of each other are interchangeable, while a
-    load change between blocks shifts both sides alike. A failed A/B keeps the row's verdict
-    from the asv runs and says why.
+    The pairs are grouped in blocks of consecutive pairs, each block a stratum
+    (sequential.ab_strata): samples taken within a second or so of each other are
+    interchangeable, while a load change between blocks shifts both sides alike. A failed A/B
+    keeps the row's verdict from the asv runs and says why.
     """
     rows = [dataclasses.replace(r) for r in report.rows]
     problems = list(report.context)
@@ -262,24 +286,16 @@ def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
                 "asv runs' samples"
             )
             continue
-        strata: list[stats.Stratum] = [
-            (result.base[i : i + AB_BLOCK], result.head[i : i + AB_BLOCK])
-            for i in range(0, len(result.base), AB_BLOCK)
-        ]
         row.n_base, row.n_head = len(result.base), len(result.head)
         row.base = statistics.median(result.base)
         row.head = statistics.median(result.head)
-        _judge(row, strata, report.factor)
+        _judge(row, judge_pairs(result.base, result.head, report.factor))
+        row.p = None  # the blocks' interval decided, not the asv samples' rank test
         row.passes, row.method = len(result.base), "A/B pairs"
     code, why = _decide(rows)
     return dataclasses.replace(
         report, exit_code=code, rows=rows, problems=problems + why, context=problems
     )
-
-
-# Consecutive A/B pairs per stratum: 5 v 5 gives p >= 1/252 per block, so 20 pairs (4 blocks)
-# can reach p < 0.001 with a spike or two in every block.
-AB_BLOCK = 5
 
 
 def _compare_samples(
@@ -299,29 +315,22 @@ def _compare_samples(
     else:
         strata = [(b.samples or [], h.samples or [])]
         row.method = "pooled"
-    _judge(row, strata, factor)
+    _judge(row, decision.compare(strata, factor))
+    if row.ratio is not None:
+        row.p = stats.p_slower(strata) if row.ratio >= 1 else stats.p_faster(strata)
 
 
-def _judge(row: Row, strata: Sequence[stats.Stratum], factor: float) -> None:
-    """Status, ratio and p of a timing row from its strata (stats.py), then the factor."""
-    sizes = [(len(stats._clean(x)), len(stats._clean(y))) for x, y in strata]
-    if stats.min_p(sizes) >= stats.ALPHA:
+def _judge(row: Row, found: decision.Comparison) -> None:
+    """Status, ratio and interval of a timing row from its comparison (decision.py). Samples
+    that could never build an interval (too few to reach ALPHA) are TOO_FEW_SAMPLES."""
+    row.factor_used = found.factor
+    row.ratio = None if math.isnan(found.estimate) else found.estimate
+    if not math.isfinite(found.high):
         row.status = RowStatus.TOO_FEW_SAMPLES
-        row.ratio = stats.ratio(strata) if any(n and m for n, m in sizes) else None
         return
-    row.ratio = stats.ratio(strata)
-    slower, faster = stats.p_slower(strata), stats.p_faster(strata)
-    row.p = slower if row.ratio >= 1 else faster
-    if row.ratio > factor:
-        row.status = (
-            RowStatus.REGRESSED if slower < stats.ALPHA else RowStatus.SLOWER_NOT_SIGNIFICANT
-        )
-    elif row.ratio < 1 / factor:
-        row.status = (
-            RowStatus.IMPROVED if faster < stats.ALPHA else RowStatus.FASTER_NOT_SIGNIFICANT
-        )
-    else:
-        row.status = RowStatus.UNCHANGED
+    row.low, row.high = found.low, found.high
+    row.status = RowStatus(found.verdict.value)
+    row.would_need = found.would_need()
 
 
 def _compare_values(row: Row, base: float, head: float, factor: float) -> None:
@@ -350,6 +359,10 @@ def _count(m: Measurement | None) -> int | None:
     if m.stats and isinstance(m.stats, dict) and "repeat" in m.stats:
         return int(m.stats["repeat"])
     return None
+
+
+def _g(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 def _isnan(value: float) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -28,7 +29,7 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
-from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, measure_ab
+from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, MAX_SECONDS_PER_BENCHMARK, measure_ab
 from harness.perf.baselines import (
     BASELINE_SEARCH_DEPTH,
     StoredBaseline,
@@ -39,13 +40,21 @@ from harness.perf.baselines import (
     record_baseline,
     stored_baseline,
 )
-from harness.perf.gate_report import EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_REGRESSION, GateReport
+from harness.perf.gate_report import (
+    EXIT_NOT_COMPARABLE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    GateReport,
+    RowStatus,
+)
 from harness.perf.gating import DEFAULT_FACTOR, ab_candidates, apply_ab, gate, has_results
 from harness.perf.runs import GROUPS, MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
 
 MeasureBase = Literal["never", "missing", "always"]
 """Where the base's results come from (:func:`ci_step` says what each choice does)."""
 MEASURE_BASE: tuple[MeasureBase, ...] = get_args(MeasureBase)
+# An A/B budget beyond an hour per benchmark is a typo, not a plan.
+MAX_AB_BUDGET_S = 3600.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,7 +84,11 @@ class PerfStepConfig:
     base_ref: str | None = None
     """The default branch to take the merge-base with; None: found (baselines.py)."""
     ab_pairs: int = DEFAULT_PAIRS
-    """Interleaved A/B pairs per timing benchmark when the base is measured here; 0: none."""
+    """Interleaved A/B pairs per timing benchmark before the first look (more while its verdict
+    is undecided): all timing benchmarks when the base is measured here, the undecided and
+    regressed ones when it is stored; 0: none (the asv samples decide)."""
+    ab_budget_s: float = MAX_SECONDS_PER_BENCHMARK
+    """Seconds of A/B sampling per benchmark at most (sequential.py)."""
 
     def __post_init__(self) -> None:
         if self.measure_base not in MEASURE_BASE:
@@ -87,6 +100,15 @@ class PerfStepConfig:
             raise PerfError(f"--passes must be between 1 and {MAX_PASSES}, got {self.passes}")
         if not 0 <= self.ab_pairs <= MAX_AB_PAIRS:
             raise PerfError(f"--ab-pairs must be between 0 and {MAX_AB_PAIRS}, got {self.ab_pairs}")
+        if not (
+            isinstance(self.ab_budget_s, (int, float))
+            and math.isfinite(self.ab_budget_s)
+            and 0 < self.ab_budget_s <= MAX_AB_BUDGET_S
+        ):
+            raise PerfError(
+                f"--ab-budget {self.ab_budget_s!r} is not a time budget: give seconds per "
+                f"benchmark, > 0 and <= {MAX_AB_BUDGET_S:g}"
+            )
         if self.group not in GROUPS:
             raise PerfError(
                 f"--group {self.group!r} is not a benchmark group: give one of "
@@ -333,17 +355,29 @@ def _ci_step(
     )
     notes = [base_note, run_note]
     measured_here = found is not None and baseline == found[0] and len(outcomes) > 1
-    if measured_here and config.ab_pairs:
-        # Not the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its
-        # launch, not its run (the GPU runner is a dedicated machine: wall time is right there).
-        gpu = re.compile(f"^{GROUPS['gpu']}")
-        names = [n for n in ab_candidates(report) if not gpu.match(n)]
+    if config.ab_pairs:
+        names = ab_names(report, measured_here=measured_here)
         if names:
-            ab = measure_ab(repo_root, baseline, names, pairs=config.ab_pairs, echo=echo)
+            ab = measure_ab(
+                repo_root,
+                baseline,
+                names,
+                factor=config.factor,
+                pairs=config.ab_pairs,
+                max_seconds=config.ab_budget_s,
+                echo=echo,
+            )
             report = apply_ab(report, ab)
+            why = (
+                "all timing benchmarks"
+                if measured_here
+                else "the timing benchmarks the stored results left undecided or showed "
+                "changed, against the base commit's code"
+            )
             notes.append(
-                f"Timing benchmarks judged on {config.ab_pairs} interleaved A/B pairs each (base "
-                "and head sampled alternately, milliseconds apart; docs/perf.md): "
+                f"Judged on interleaved A/B pairs (base and head sampled alternately, "
+                f"milliseconds apart, in CPU time; {config.ab_pairs} first, more while "
+                f"undecided, up to {config.ab_budget_s:g} s each; docs/perf.md): {why}, "
                 f"{len(names)} benchmark(s)."
             )
     for outcome in outcomes:
@@ -359,6 +393,31 @@ def _ci_step(
     if report.exit_code == EXIT_NOT_COMPARABLE:
         skipped = f"{report.verdict}: " + "; ".join(report.problems)
     return finish(code, body, skipped, report)
+
+
+# What stored results' verdicts an A/B re-judges (ab_names says why).
+REJUDGED_FROM_STORED = frozenset(
+    {RowStatus.UNDECIDED, RowStatus.TOO_FEW_SAMPLES, RowStatus.REGRESSED, RowStatus.IMPROVED}
+)
+
+
+def ab_names(report: GateReport, *, measured_here: bool) -> list[str]:
+    """The timing benchmarks the step times again in interleaved A/B pairs.
+
+    Never the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its launch,
+    not its run (the GPU runner is a dedicated machine: wall time is right there). With the
+    base measured in this run: every other candidate. With stored results (measured minutes or
+    days apart, in wall time): what they leave undecided is measured again, and a change they
+    show is confirmed (a load change between the runs reads as a change: unchanged code read
+    "improved" 0.83x, and a slower base could hide a regression that way). Unchanged rows are
+    kept: re-measuring every benchmark would cost every local run minutes.
+    """
+    gpu = re.compile(f"^{GROUPS['gpu']}")
+    names = [n for n in ab_candidates(report) if not gpu.match(n)]
+    if measured_here:
+        return names
+    status = {r.name: r.status for r in report.rows}
+    return [n for n in names if status[n] in REJUDGED_FROM_STORED]
 
 
 def _run_failure(report_dir: Path) -> str:

@@ -192,9 +192,40 @@ def test_ci_with_an_unknown_measure_base_exits_2_naming_it(project_dir: Path):
         ({"bench": "time_(x"}, "'time_(x' is not a valid regular expression"),
         ({"base_ref": "--upload-pack=x"}, "--base-ref '--upload-pack=x' is not a commit"),
         ({"machine": "../x"}, "--machine '../x' is not a machine name"),
+        ({"ab_budget_s": 0}, "--ab-budget 0 is not a time budget"),
+        ({"ab_budget_s": math.inf}, "--ab-budget inf is not a time budget"),
+        ({"ab_budget_s": math.nan}, "--ab-budget nan is not a time budget"),
     ],
 )
 def test_the_perf_step_config_refuses_a_bad_setting_naming_it(setting: dict, named: str):
     with pytest.raises(perf.PerfError) as info:
         perf.PerfStepConfig(**setting)
     assert named in str(info.value)
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "nan", "inf", "3601", "soon"])
+def test_an_ab_budget_that_is_no_time_budget_exits_2_naming_it(project_dir: Path, budget: str):
+    result = invoke("ci", "--ab-budget", budget)
+    assert result.exit_code == 2, result.output
+    assert "--ab-budget" in result.output and budget in result.output
+    assert not (project_dir / "reports").exists()  # refused before any work
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--slowdown", "0"], "--slowdown 0.0 is not a fraction of extra work"),
+        (["--slowdown", "-0.1"], "--slowdown -0.1 is not a fraction of extra work"),
+        (["--trials", "0"], "--trials"),
+        (["--factor", "1"], "--factor"),
+        (["--group", "gpu"], "--group gpu cannot be calibrated with A/B pairs"),
+    ],
+)
+def test_calibrate_refuses_bad_settings_naming_them_before_any_work(
+    project_dir: Path, args: list[str], named: str
+):
+    before = files_under(project_dir)
+    result = invoke("calibrate", *args)
+    assert result.exit_code == 2, result.output
+    assert named in result.output
+    assert files_under(project_dir) == before

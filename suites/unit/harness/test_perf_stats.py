@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import perf
-from harness.perf import stats
+from harness.perf import stats, step
 from harness.perf.results import Measurement, load_passes, record_pass
 
 
@@ -162,15 +162,15 @@ def timing_row(name="b.C.time_x", status="unchanged", kind="time") -> perf.Row:
 
 def test_a_2x_in_the_ab_pairs_overrides_an_unchanged_verdict_from_the_asv_runs():
     rng = random.Random(5)
-    base = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(20)]
-    head = [2 * rng.uniform(0.9e-3, 1.1e-3) for _ in range(20)]
+    base = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(60)]
+    head = [2 * rng.uniform(0.9e-3, 1.1e-3) for _ in range(60)]
     base[3], head[11] = 9e-3, 0.5e-3  # two spikes, one on each side
     report = perf.apply_ab(
         gate_report(timing_row()), {"b.C.time_x": perf.ABResult("b.C.time_x", base, head)}
     )
     (row,) = report.rows
     assert report.exit_code == 1 and row.status == "regressed"
-    assert row.method == "A/B pairs" and row.passes == 20 and row.p < stats.ALPHA
+    assert row.method == "A/B pairs" and row.passes == 60 and row.low > 1
     assert row.ratio == pytest.approx(2.0, rel=0.15)  # U(0.9, 1.1) on each side
 
 
@@ -208,7 +208,7 @@ def test_a_row_status_reaches_the_json_as_its_plain_string_and_an_unknown_one_is
     # perf-gate.json is read by people and scripts: a status is the same string it always was.
     report = perf.apply_ab(
         gate_report(timing_row()),
-        {"b.C.time_x": perf.ABResult("b.C.time_x", [1e-3] * 20, [3e-3] * 20)},
+        {"b.C.time_x": perf.ABResult("b.C.time_x", [1e-3] * 60, [3e-3] * 60)},
     )
     assert report.rows[0].status is perf.RowStatus.REGRESSED
     text = json.dumps(report.to_json())
@@ -216,3 +216,19 @@ def test_a_row_status_reaches_the_json_as_its_plain_string_and_an_unknown_one_is
     assert '"status": "regressed"' in text
     with pytest.raises(ValueError, match="'regresed' is not a valid RowStatus"):
         timing_row(status="regresed")
+
+
+def test_with_stored_results_only_undecided_or_changed_cpu_rows_are_timed_again_in_pairs():
+    report = gate_report(
+        timing_row("b.C.time_same", status="unchanged"),
+        timing_row("b.C.time_unsure", status="undecided"),
+        timing_row("b.C.time_few", status=perf.TOO_FEW_SAMPLES),
+        timing_row("b.C.time_slower", status="regressed"),
+        timing_row("b.C.time_faster", status="improved"),
+        timing_row("b.GpuC.time_kernel", status="undecided"),  # CPU time cannot see a kernel
+        timing_row("b.C.track_x", status="regressed", kind="track"),
+    )
+    stored = ["b.C.time_unsure", "b.C.time_few", "b.C.time_slower", "b.C.time_faster"]
+    assert step.ab_names(report, measured_here=False) == stored
+    # With the base measured in this run, every CPU timing row is judged on pairs.
+    assert step.ab_names(report, measured_here=True) == ["b.C.time_same", *stored]
