@@ -27,7 +27,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKFLOWS = ROOT / ".github" / "workflows"
-WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml")
+# The reusable workflows other repositories call (on: workflow_call), checked like this
+# repository's own.
+REUSABLE_FILES = (
+    WORKFLOWS / "harness-tiers.yml",
+    WORKFLOWS / "harness-perf.yml",
+    WORKFLOWS / "harness-nightly.yml",
+)
+WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml", *REUSABLE_FILES)
+ADOPTING = ROOT / "docs" / "adopting.md"
 STUBS = ROOT / ".github" / "act-stubs"
 ACTRC = ROOT / ".actrc"
 
@@ -42,6 +50,11 @@ CI_JOBS = {
     "report",
 }
 NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation"}
+REUSABLE_JOBS = {
+    "harness-tiers.yml": {"tiers-plan", "tiers-shard", "tiers-merge", "tiers-gpu"},
+    "harness-perf.yml": {"perf-gate"},
+    "harness-nightly.yml": {"nightly-flake-hunt"},
+}
 
 # act copies the tiny project per job and links the venv, then each shard job starts `harness
 # env check` and pytest (a few seconds each on an idle machine, both at once); the merge job
@@ -231,6 +244,16 @@ def test_pushes_trigger_the_ci_jobs_and_schedules_the_nightly_ones() -> None:
     assert on_schedule >= NIGHTLY_JOBS and not CI_JOBS & on_schedule, sorted(on_schedule)
 
 
+def test_act_lists_the_reusable_jobs_and_no_event_of_this_repository_starts_them() -> None:
+    listed = act_list()
+    reusable = set().union(*REUSABLE_JOBS.values())
+    assert {job: listed.get(job) for job in reusable} == {
+        job: name for name, jobs in REUSABLE_JOBS.items() for job in jobs
+    }
+    started = reusable & (set(act_list("push")) | set(act_list("schedule")))
+    assert not started, f"only a caller's workflow may start {sorted(started)}"
+
+
 def test_every_remote_action_is_pinned_to_a_commit_sha() -> None:
     unpinned = [
         f"{path.name}:{job_id}: {step['uses']}"
@@ -281,6 +304,106 @@ def test_every_job_has_a_timeout_and_checkout_keeps_no_credentials() -> None:
                         f"{path.name}:{job_id}: checkout without persist-credentials: false"
                     )
     assert not problems, problems
+
+
+# --------------------------------------------------------------------------- reusable workflows
+
+
+def triggers(workflow: dict) -> dict:
+    # PyYAML reads the key `on` as the boolean True (YAML 1.1).
+    return workflow.get("on", workflow.get(True)) or {}
+
+
+def test_reusable_workflows_are_only_called_and_every_input_is_typed_and_described() -> None:
+    problems = []
+    for path in REUSABLE_FILES:
+        on = triggers(load_workflow(path))
+        if set(on) != {"workflow_call"}:
+            problems.append(f"{path.name}: triggers {sorted(on)}, not workflow_call alone")
+            continue
+        inputs = on["workflow_call"].get("inputs", {})
+        if inputs.get("install", {}).get("required") is not True:
+            problems.append(f"{path.name}: no required `install` input (the project's command)")
+        for name, spec in inputs.items():
+            if spec.get("type") not in ("string", "number", "boolean"):
+                problems.append(f"{path.name}: input {name} has no type")
+            if not spec.get("description"):
+                problems.append(f"{path.name}: input {name} has no description")
+    assert not problems, problems
+
+
+def test_no_workflow_names_a_branch_and_no_reusable_one_runs_this_repositorys_make() -> None:
+    """Other teams' default branch is `master` as often as `main`: it is read from
+    github.event.repository.default_branch. And their repositories have no Makefile of ours."""
+    problems = []
+    for path in WORKFLOW_FILES:
+        text = path.read_text(encoding="utf-8")
+        for line_no, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if re.search(r"refs/heads/(main|master)\b|'(main|master)'", code):
+                problems.append(f"{path.name}:{line_no}: a hard-coded branch: {line.strip()}")
+    for path in REUSABLE_FILES:
+        for job_id, job in load_workflow(path)["jobs"].items():
+            for step in job.get("steps", []):
+                if re.search(r"(^|[\s;&|(])make\b", step.get("run", "")):
+                    problems.append(f"{path.name}:{job_id}: runs make: {step['run']!r}")
+    perf_record = load_workflow(WORKFLOWS / "ci.yml")["jobs"]["perf-record"]["if"]
+    if "github.event.repository.default_branch" not in perf_record:
+        problems.append(f"ci.yml:perf-record runs on {perf_record!r}, not the default branch")
+    assert not problems, problems
+
+
+def test_the_gpu_job_exists_only_when_the_caller_names_a_gpu_runner_label() -> None:
+    """With the default (empty) label the job's `if` is false before any runner is asked for,
+    so a repository without a GPU runner never has a job queued for one forever."""
+    workflow = load_workflow(WORKFLOWS / "harness-tiers.yml")
+    label = triggers(workflow)["workflow_call"]["inputs"]["gpu-runner-label"]
+    assert label["default"] == "" and label["required"] is False
+    gpu_jobs = {
+        job_id: job
+        for job_id, job in workflow["jobs"].items()
+        if "gpu-runner-label" in str(job.get("runs-on"))
+    }
+    assert list(gpu_jobs) == ["tiers-gpu"], sorted(gpu_jobs)
+    condition = gpu_jobs["tiers-gpu"]["if"].replace(" ", "")
+    assert condition.startswith("${{inputs.gpu-runner-label!=''&&"), condition
+    # Nothing waits on it: a job that needs the GPU job would wait with it.
+    needing = [j for j, job in workflow["jobs"].items() if "tiers-gpu" in job.get("needs", [])]
+    assert not needing, needing
+
+
+def adopting_caller() -> str:
+    """The caller workflow docs/adopting.md tells a team to copy (the yaml block after its
+    `<!-- caller workflow -->` marker)."""
+    text = ADOPTING.read_text(encoding="utf-8")
+    match = re.search(r"<!-- caller workflow -->\s*```yaml\n(.*?)```", text, re.S)
+    assert match, f"{ADOPTING}: no ```yaml block after <!-- caller workflow -->"
+    return match.group(1)
+
+
+def test_the_caller_workflow_in_the_adopting_guide_is_valid_and_short(tmp_path: Path) -> None:
+    caller_text = adopting_caller()
+    assert len(caller_text.splitlines()) <= 15, caller_text
+    caller = tmp_path / ".github" / "workflows" / "tests.yml"
+    caller.parent.mkdir(parents=True)
+    caller.write_text(caller_text, encoding="utf-8")
+    for args in (
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(caller)],
+        [tool("actionlint"), "-color=false", str(caller)],
+    ):
+        proc = run(args, cwd=tmp_path)
+        assert proc.returncode == 0, output_of(proc)
+    # Every job calls one of the reusable workflows with inputs it declares, required ones given.
+    calls = yaml.safe_load(caller_text)["jobs"]
+    assert calls
+    for job_id, job in calls.items():
+        match = re.fullmatch(r"[\w-]+/[\w.-]+/\.github/workflows/([\w-]+\.yml)@\S+", job["uses"])
+        assert match, f"{job_id}: {job['uses']}"
+        declared = triggers(load_workflow(WORKFLOWS / match.group(1)))["workflow_call"]["inputs"]
+        given = set(job.get("with", {}))
+        required = {name for name, spec in declared.items() if spec.get("required")}
+        assert given <= set(declared), f"{job_id}: unknown inputs {sorted(given - set(declared))}"
+        assert required <= given, f"{job_id}: missing inputs {sorted(required - given)}"
 
 
 # --------------------------------------------------------------------------- act, host mode
