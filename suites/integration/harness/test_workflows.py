@@ -563,3 +563,14 @@ def test_the_sharded_unit_and_property_jobs_and_their_merge_pass_under_act(
     assert ran[0] | ran[1] == set(reports[0]["shard"]["collected"])
     assert len(ran[0] | ran[1]) == 8  # the tiny project's tests, every one in some shard
     assert {r["seed"] for r in reports} == {reports[0]["seed"]}
+    # The merge appended the merged run to the job's history database, and the tests page
+    # was written from it: every one of the eight tests, over that one run.
+    page_step = "Write the tests page (test history)"
+    page = [
+        e for e in events if e.get("jobID") == "unit-property-merge" and e.get("step") == page_step
+    ]
+    assert [e["stepResult"] for e in page if "stepResult" in e] == ["success"], job_log(
+        events, "unit-property-merge"
+    )
+    printed = "".join(e.get("msg", "") for e in page if e.get("raw_output"))
+    assert "reports/unit-property/tests.html: 8 test(s) over the last 1 run(s)" in printed, printed
