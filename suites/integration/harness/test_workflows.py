@@ -574,3 +574,86 @@ def test_the_sharded_unit_and_property_jobs_and_their_merge_pass_under_act(
     )
     printed = "".join(e.get("msg", "") for e in page if e.get("raw_output"))
     assert "reports/unit-property/tests.html: 8 test(s) over the last 1 run(s)" in printed, printed
+
+
+def reusable_tiers_project(repo: Path, gpu_runner_label: str) -> None:
+    """A git repository whose own workflow calls harness-tiers.yml, verbatim, over the tiny
+    project's tests, as docs/adopting.md tells a team to: its install command links this
+    run's venv (which has ml-harness with the ci and history extras), so the called jobs find
+    `harness` only through the workflow's own PATH handling of an in-project .venv."""
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    shutil.copy(WORKFLOWS / "harness-tiers.yml", repo / ".github" / "workflows")
+    with_inputs = {"install": f"ln -sfn {sys.prefix} .venv", "tiers": "unit,property"}
+    if gpu_runner_label:
+        # The host stands in for the GPU runner (.actrc maps self-hosted to the host); it runs
+        # the unit tier, since the tiny project has no GPU tests.
+        with_inputs |= {"gpu-runner-label": gpu_runner_label, "gpu-tier": "unit"}
+    caller = {
+        "name": "tests",
+        "on": "push",
+        "permissions": {"contents": "read"},
+        "jobs": {"tests": {"uses": "./.github/workflows/harness-tiers.yml", "with": with_inputs}},
+    }
+    (repo / ".github" / "workflows" / "tests.yml").write_text(
+        yaml.safe_dump(caller, sort_keys=False), encoding="utf-8"
+    )
+    shutil.copy(ACTRC, repo / ".actrc")
+    shutil.copytree(STUBS, repo / ".github" / "act-stubs")
+    (repo / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["suites"]\n', encoding="utf-8"
+    )
+    (repo / ".gitignore").write_text(".venv\nreports/\n__pycache__/\n", encoding="utf-8")
+    for rel, src in TINY_TESTS.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(textwrap.dedent(src).lstrip(), encoding="utf-8")
+    git = ["git", "-c", "user.name=probe", "-c", "user.email=probe@example.invalid"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
+        proc = run([*git, *args], cwd=repo)
+        assert proc.returncode == 0, output_of(proc)
+
+
+@under_act
+@pytest.mark.parametrize("gpu_runner_label", ["", "gpu"], ids=["no-gpu-label", "gpu-label"])
+def test_the_reusable_tiers_workflow_runs_from_a_caller_with_a_gpu_job_only_on_request(
+    tmp_path: Path, gpu_runner_label: str
+) -> None:
+    """harness-tiers.yml called from another repository's workflow, run by act: the plan, two
+    shards, the merge (shards handed over through ACT_SHARDS_DIR) and the tests page pass;
+    the GPU job is not created at all with the default empty label, and runs with one."""
+    repo = tmp_path / "repo"
+    reusable_tiers_project(repo, gpu_runner_label)
+    proc = run(
+        [
+            tool("act"),
+            "push",
+            "--json",
+            "--action-cache-path",
+            str(tmp_path / "act"),
+            "--env",
+            f"ACT_SHARDS_DIR={tmp_path / 'artifacts'}",
+        ],
+        cwd=repo,
+        env=act_env(),
+        timeout=SHARDED_JOBS_TIMEOUT_S,
+    )
+    events = act_events(proc.stdout)
+    finished = sorted((e["jobID"], e["jobResult"]) for e in events if "jobResult" in e)
+    expected = [
+        ("tiers-merge", "success"),
+        ("tiers-plan", "success"),
+        ("tiers-shard", "success"),
+        ("tiers-shard", "success"),
+    ]
+    if gpu_runner_label:
+        expected.insert(0, ("tiers-gpu", "success"))
+    logs = "\n".join(job_log(events, job) for job in ("tiers-shard", "tiers-merge", "tiers-gpu"))
+    assert finished == expected, logs
+    assert proc.returncode == 0, output_of(proc)
+    page = "".join(
+        e.get("msg", "")
+        for e in events
+        if e.get("jobID") == "tiers-merge"
+        and e.get("step") == "Write the tests page (test history)"
+        and e.get("raw_output")
+    )
+    assert "reports/tests/tests.html: 8 test(s) over the last 1 run(s)" in page, logs
