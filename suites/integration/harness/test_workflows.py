@@ -381,11 +381,11 @@ def adopting_caller() -> str:
     return match.group(1)
 
 
-def test_the_caller_workflow_in_the_adopting_guide_is_valid_and_short(tmp_path: Path) -> None:
-    caller_text = adopting_caller()
-    assert len(caller_text.splitlines()) <= 15, caller_text
+def check_caller(caller_text: str, tmp_path: Path) -> None:
+    """A caller workflow passes GitHub's schema and actionlint, and every job of it calls one
+    of the reusable workflows with inputs it declares, the required ones given."""
     caller = tmp_path / ".github" / "workflows" / "tests.yml"
-    caller.parent.mkdir(parents=True)
+    caller.parent.mkdir(parents=True, exist_ok=True)
     caller.write_text(caller_text, encoding="utf-8")
     for args in (
         [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(caller)],
@@ -393,7 +393,6 @@ def test_the_caller_workflow_in_the_adopting_guide_is_valid_and_short(tmp_path: 
     ):
         proc = run(args, cwd=tmp_path)
         assert proc.returncode == 0, output_of(proc)
-    # Every job calls one of the reusable workflows with inputs it declares, required ones given.
     calls = yaml.safe_load(caller_text)["jobs"]
     assert calls
     for job_id, job in calls.items():
@@ -404,6 +403,21 @@ def test_the_caller_workflow_in_the_adopting_guide_is_valid_and_short(tmp_path: 
         required = {name for name, spec in declared.items() if spec.get("required")}
         assert given <= set(declared), f"{job_id}: unknown inputs {sorted(given - set(declared))}"
         assert required <= given, f"{job_id}: missing inputs {sorted(required - given)}"
+
+
+def test_the_caller_workflow_in_the_adopting_guide_is_valid_and_short(tmp_path: Path) -> None:
+    caller_text = adopting_caller()
+    assert len(caller_text.splitlines()) <= 15, caller_text
+    check_caller(caller_text, tmp_path)
+
+
+def test_the_caller_workflow_harness_init_writes_is_valid(tmp_path: Path) -> None:
+    from harness import adopt
+
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "test_u.py").write_text("def test_ok():\n    pass\n")
+    plan = adopt.plan(tmp_path)
+    check_caller(adopt.caller_workflow(plan, "acme/ml-harness@0123abcd"), tmp_path)
 
 
 # --------------------------------------------------------------------------- act, host mode
