@@ -9,7 +9,10 @@ project already has, and writes:
   Subfolders named after a built-in tier (``tests/unit/``, ``tests/integration/``) are those
   tiers; every other test file of the folder is in one tier named after the folder, declared
   with ``paths`` (so no file has to move, and none is outside a tier);
-- ``quarantine.toml``, empty, when there is none.
+- ``quarantine.toml``, empty, when there is none;
+- with ``--workflow OWNER/REPO@REF``, ``.github/workflows/harness.yml``: a caller of the
+  reusable ``harness-tiers.yml`` of that repository and commit (the installed package cannot
+  know where the team takes ml-harness from, so it is asked, never guessed).
 
 Nothing is overwritten: a project already configured for the harness is refused, naming the
 file. Nothing here imports pytest.
@@ -27,7 +30,7 @@ import tomlkit
 from harness import layout as _layout
 from harness import tiers as _tiers
 
-__all__ = ["InitError", "Plan", "apply", "plan"]
+__all__ = ["InitError", "Plan", "apply", "caller_workflow", "plan", "write_workflow"]
 
 TEST_FOLDERS = ("tests", "test", "suites")
 """Where a project's tests are looked for, in this order."""
@@ -205,3 +208,47 @@ def apply(p: Plan) -> list[str]:
     except (_layout.LayoutError, _tiers.TierConfigError) as exc:  # pragma: no cover - a bug
         raise InitError(f"the configuration written does not load back: {exc}") from None
     return done
+
+
+WORKFLOW_PATH = ".github/workflows/harness.yml"
+"""Where ``harness init --workflow`` writes the caller workflow (root-relative)."""
+
+_SOURCE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+@[\w./-]+")
+
+CALLER_TEMPLATE = """\
+# Calls ml-harness's reusable workflow (docs/adopting.md, section 5). Written by harness init;
+# edit the install command to the one your project uses.
+name: harness
+on: [push, pull_request]
+permissions:
+  contents: read
+jobs:
+  tests:
+    uses: {repo}/.github/workflows/harness-tiers.yml@{ref}
+    with:
+      install: pip install -e . 'ml-harness[ci,history]'
+      tiers: {tiers}
+"""
+
+
+def caller_workflow(p: Plan, source: str) -> str:
+    """The caller workflow for ``p``'s tiers, calling harness-tiers.yml at ``source``
+    (``OWNER/REPO@REF``, as a ``uses:`` line names it)."""
+    if not _SOURCE.fullmatch(source):
+        raise InitError(
+            f"--workflow {source!r}: give the repository and commit the reusable workflow is "
+            "taken from, as OWNER/REPO@COMMIT_SHA"
+        )
+    repo, ref = source.split("@", 1)
+    tiers = ",".join([*p.folder_tiers, *([p.catch_all] if p.catch_all else [])])
+    return CALLER_TEMPLATE.format(repo=repo, ref=ref, tiers=tiers)
+
+
+def write_workflow(p: Plan, text: str) -> str:
+    """Write the caller workflow; an existing file is never overwritten."""
+    path = p.root / WORKFLOW_PATH
+    if path.exists():
+        raise InitError(f"{WORKFLOW_PATH} exists already; not overwritten")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return f"{WORKFLOW_PATH}: calls harness-tiers.yml (edit its install command)"

@@ -27,7 +27,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKFLOWS = ROOT / ".github" / "workflows"
-WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml")
+# The reusable workflows other repositories call (on: workflow_call), checked like this
+# repository's own.
+REUSABLE_FILES = (
+    WORKFLOWS / "harness-tiers.yml",
+    WORKFLOWS / "harness-perf.yml",
+    WORKFLOWS / "harness-nightly.yml",
+)
+WORKFLOW_FILES = (WORKFLOWS / "ci.yml", WORKFLOWS / "nightly.yml", *REUSABLE_FILES)
+ADOPTING = ROOT / "docs" / "adopting.md"
 STUBS = ROOT / ".github" / "act-stubs"
 ACTRC = ROOT / ".actrc"
 
@@ -42,6 +50,11 @@ CI_JOBS = {
     "report",
 }
 NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation"}
+REUSABLE_JOBS = {
+    "harness-tiers.yml": {"tiers-plan", "tiers-shard", "tiers-merge", "tiers-gpu"},
+    "harness-perf.yml": {"perf-gate"},
+    "harness-nightly.yml": {"nightly-flake-hunt"},
+}
 
 # act copies the tiny project per job and links the venv, then each shard job starts `harness
 # env check` and pytest (a few seconds each on an idle machine, both at once); the merge job
@@ -231,6 +244,16 @@ def test_pushes_trigger_the_ci_jobs_and_schedules_the_nightly_ones() -> None:
     assert on_schedule >= NIGHTLY_JOBS and not CI_JOBS & on_schedule, sorted(on_schedule)
 
 
+def test_act_lists_the_reusable_jobs_and_no_event_of_this_repository_starts_them() -> None:
+    listed = act_list()
+    reusable = set().union(*REUSABLE_JOBS.values())
+    assert {job: listed.get(job) for job in reusable} == {
+        job: name for name, jobs in REUSABLE_JOBS.items() for job in jobs
+    }
+    started = reusable & (set(act_list("push")) | set(act_list("schedule")))
+    assert not started, f"only a caller's workflow may start {sorted(started)}"
+
+
 def test_every_remote_action_is_pinned_to_a_commit_sha() -> None:
     unpinned = [
         f"{path.name}:{job_id}: {step['uses']}"
@@ -281,6 +304,120 @@ def test_every_job_has_a_timeout_and_checkout_keeps_no_credentials() -> None:
                         f"{path.name}:{job_id}: checkout without persist-credentials: false"
                     )
     assert not problems, problems
+
+
+# --------------------------------------------------------------------------- reusable workflows
+
+
+def triggers(workflow: dict) -> dict:
+    # PyYAML reads the key `on` as the boolean True (YAML 1.1).
+    return workflow.get("on", workflow.get(True)) or {}
+
+
+def test_reusable_workflows_are_only_called_and_every_input_is_typed_and_described() -> None:
+    problems = []
+    for path in REUSABLE_FILES:
+        on = triggers(load_workflow(path))
+        if set(on) != {"workflow_call"}:
+            problems.append(f"{path.name}: triggers {sorted(on)}, not workflow_call alone")
+            continue
+        inputs = on["workflow_call"].get("inputs", {})
+        if inputs.get("install", {}).get("required") is not True:
+            problems.append(f"{path.name}: no required `install` input (the project's command)")
+        for name, spec in inputs.items():
+            if spec.get("type") not in ("string", "number", "boolean"):
+                problems.append(f"{path.name}: input {name} has no type")
+            if not spec.get("description"):
+                problems.append(f"{path.name}: input {name} has no description")
+    assert not problems, problems
+
+
+def test_no_workflow_names_a_branch_and_no_reusable_one_runs_this_repositorys_make() -> None:
+    """Other teams' default branch is `master` as often as `main`: it is read from
+    github.event.repository.default_branch. And their repositories have no Makefile of ours."""
+    problems = []
+    for path in WORKFLOW_FILES:
+        text = path.read_text(encoding="utf-8")
+        for line_no, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if re.search(r"refs/heads/(main|master)\b|'(main|master)'", code):
+                problems.append(f"{path.name}:{line_no}: a hard-coded branch: {line.strip()}")
+    for path in REUSABLE_FILES:
+        for job_id, job in load_workflow(path)["jobs"].items():
+            for step in job.get("steps", []):
+                if re.search(r"(^|[\s;&|(])make\b", step.get("run", "")):
+                    problems.append(f"{path.name}:{job_id}: runs make: {step['run']!r}")
+    perf_record = load_workflow(WORKFLOWS / "ci.yml")["jobs"]["perf-record"]["if"]
+    if "github.event.repository.default_branch" not in perf_record:
+        problems.append(f"ci.yml:perf-record runs on {perf_record!r}, not the default branch")
+    assert not problems, problems
+
+
+def test_the_gpu_job_exists_only_when_the_caller_names_a_gpu_runner_label() -> None:
+    """With the default (empty) label the job's `if` is false before any runner is asked for,
+    so a repository without a GPU runner never has a job queued for one forever."""
+    workflow = load_workflow(WORKFLOWS / "harness-tiers.yml")
+    label = triggers(workflow)["workflow_call"]["inputs"]["gpu-runner-label"]
+    assert label["default"] == "" and label["required"] is False
+    gpu_jobs = {
+        job_id: job
+        for job_id, job in workflow["jobs"].items()
+        if "gpu-runner-label" in str(job.get("runs-on"))
+    }
+    assert list(gpu_jobs) == ["tiers-gpu"], sorted(gpu_jobs)
+    condition = gpu_jobs["tiers-gpu"]["if"].replace(" ", "")
+    assert condition.startswith("${{inputs.gpu-runner-label!=''&&"), condition
+    # Nothing waits on it: a job that needs the GPU job would wait with it.
+    needing = [j for j, job in workflow["jobs"].items() if "tiers-gpu" in job.get("needs", [])]
+    assert not needing, needing
+
+
+def adopting_caller() -> str:
+    """The caller workflow docs/adopting.md tells a team to copy (the yaml block after its
+    `<!-- caller workflow -->` marker)."""
+    text = ADOPTING.read_text(encoding="utf-8")
+    match = re.search(r"<!-- caller workflow -->\s*```yaml\n(.*?)```", text, re.S)
+    assert match, f"{ADOPTING}: no ```yaml block after <!-- caller workflow -->"
+    return match.group(1)
+
+
+def check_caller(caller_text: str, tmp_path: Path) -> None:
+    """A caller workflow passes GitHub's schema and actionlint, and every job of it calls one
+    of the reusable workflows with inputs it declares, the required ones given."""
+    caller = tmp_path / ".github" / "workflows" / "tests.yml"
+    caller.parent.mkdir(parents=True, exist_ok=True)
+    caller.write_text(caller_text, encoding="utf-8")
+    for args in (
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(caller)],
+        [tool("actionlint"), "-color=false", str(caller)],
+    ):
+        proc = run(args, cwd=tmp_path)
+        assert proc.returncode == 0, output_of(proc)
+    calls = yaml.safe_load(caller_text)["jobs"]
+    assert calls
+    for job_id, job in calls.items():
+        match = re.fullmatch(r"[\w-]+/[\w.-]+/\.github/workflows/([\w-]+\.yml)@\S+", job["uses"])
+        assert match, f"{job_id}: {job['uses']}"
+        declared = triggers(load_workflow(WORKFLOWS / match.group(1)))["workflow_call"]["inputs"]
+        given = set(job.get("with", {}))
+        required = {name for name, spec in declared.items() if spec.get("required")}
+        assert given <= set(declared), f"{job_id}: unknown inputs {sorted(given - set(declared))}"
+        assert required <= given, f"{job_id}: missing inputs {sorted(required - given)}"
+
+
+def test_the_caller_workflow_in_the_adopting_guide_is_valid_and_short(tmp_path: Path) -> None:
+    caller_text = adopting_caller()
+    assert len(caller_text.splitlines()) <= 15, caller_text
+    check_caller(caller_text, tmp_path)
+
+
+def test_the_caller_workflow_harness_init_writes_is_valid(tmp_path: Path) -> None:
+    from harness import adopt
+
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "test_u.py").write_text("def test_ok():\n    pass\n")
+    plan = adopt.plan(tmp_path)
+    check_caller(adopt.caller_workflow(plan, "acme/ml-harness@0123abcd"), tmp_path)
 
 
 # --------------------------------------------------------------------------- act, host mode
@@ -440,3 +577,97 @@ def test_the_sharded_unit_and_property_jobs_and_their_merge_pass_under_act(
     assert ran[0] | ran[1] == set(reports[0]["shard"]["collected"])
     assert len(ran[0] | ran[1]) == 8  # the tiny project's tests, every one in some shard
     assert {r["seed"] for r in reports} == {reports[0]["seed"]}
+    # The merge appended the merged run to the job's history database, and the tests page
+    # was written from it: every one of the eight tests, over that one run.
+    page_step = "Write the tests page (test history)"
+    page = [
+        e for e in events if e.get("jobID") == "unit-property-merge" and e.get("step") == page_step
+    ]
+    assert [e["stepResult"] for e in page if "stepResult" in e] == ["success"], job_log(
+        events, "unit-property-merge"
+    )
+    printed = "".join(e.get("msg", "") for e in page if e.get("raw_output"))
+    assert "reports/unit-property/tests.html: 8 test(s) over the last 1 run(s)" in printed, printed
+
+
+def reusable_tiers_project(repo: Path, gpu_runner_label: str) -> None:
+    """A git repository whose own workflow calls harness-tiers.yml, verbatim, over the tiny
+    project's tests, as docs/adopting.md tells a team to: its install command links this
+    run's venv (which has ml-harness with the ci and history extras), so the called jobs find
+    `harness` only through the workflow's own PATH handling of an in-project .venv."""
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    shutil.copy(WORKFLOWS / "harness-tiers.yml", repo / ".github" / "workflows")
+    with_inputs = {"install": f"ln -sfn {sys.prefix} .venv", "tiers": "unit,property"}
+    if gpu_runner_label:
+        # The host stands in for the GPU runner (.actrc maps self-hosted to the host); it runs
+        # the unit tier, since the tiny project has no GPU tests.
+        with_inputs |= {"gpu-runner-label": gpu_runner_label, "gpu-tier": "unit"}
+    caller = {
+        "name": "tests",
+        "on": "push",
+        "permissions": {"contents": "read"},
+        "jobs": {"tests": {"uses": "./.github/workflows/harness-tiers.yml", "with": with_inputs}},
+    }
+    (repo / ".github" / "workflows" / "tests.yml").write_text(
+        yaml.safe_dump(caller, sort_keys=False), encoding="utf-8"
+    )
+    shutil.copy(ACTRC, repo / ".actrc")
+    shutil.copytree(STUBS, repo / ".github" / "act-stubs")
+    (repo / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["suites"]\n', encoding="utf-8"
+    )
+    (repo / ".gitignore").write_text(".venv\nreports/\n__pycache__/\n", encoding="utf-8")
+    for rel, src in TINY_TESTS.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(textwrap.dedent(src).lstrip(), encoding="utf-8")
+    git = ["git", "-c", "user.name=probe", "-c", "user.email=probe@example.invalid"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
+        proc = run([*git, *args], cwd=repo)
+        assert proc.returncode == 0, output_of(proc)
+
+
+@under_act
+@pytest.mark.parametrize("gpu_runner_label", ["", "gpu"], ids=["no-gpu-label", "gpu-label"])
+def test_the_reusable_tiers_workflow_runs_from_a_caller_with_a_gpu_job_only_on_request(
+    tmp_path: Path, gpu_runner_label: str
+) -> None:
+    """harness-tiers.yml called from another repository's workflow, run by act: the plan, two
+    shards, the merge (shards handed over through ACT_SHARDS_DIR) and the tests page pass;
+    the GPU job is not created at all with the default empty label, and runs with one."""
+    repo = tmp_path / "repo"
+    reusable_tiers_project(repo, gpu_runner_label)
+    proc = run(
+        [
+            tool("act"),
+            "push",
+            "--json",
+            "--action-cache-path",
+            str(tmp_path / "act"),
+            "--env",
+            f"ACT_SHARDS_DIR={tmp_path / 'artifacts'}",
+        ],
+        cwd=repo,
+        env=act_env(),
+        timeout=SHARDED_JOBS_TIMEOUT_S,
+    )
+    events = act_events(proc.stdout)
+    finished = sorted((e["jobID"], e["jobResult"]) for e in events if "jobResult" in e)
+    expected = [
+        ("tiers-merge", "success"),
+        ("tiers-plan", "success"),
+        ("tiers-shard", "success"),
+        ("tiers-shard", "success"),
+    ]
+    if gpu_runner_label:
+        expected.insert(0, ("tiers-gpu", "success"))
+    logs = "\n".join(job_log(events, job) for job in ("tiers-shard", "tiers-merge", "tiers-gpu"))
+    assert finished == expected, logs
+    assert proc.returncode == 0, output_of(proc)
+    page = "".join(
+        e.get("msg", "")
+        for e in events
+        if e.get("jobID") == "tiers-merge"
+        and e.get("step") == "Write the tests page (test history)"
+        and e.get("raw_output")
+    )
+    assert "reports/tests/tests.html: 8 test(s) over the last 1 run(s)" in page, logs

@@ -81,3 +81,32 @@ def test_init_dry_run_writes_nothing(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "test folder: test/" in result.output
     assert (root / "pyproject.toml").read_text() == "[project]\n"
     assert not (root / "quarantine.toml").exists()
+
+
+def test_init_with_workflow_writes_a_caller_of_the_reusable_tiers_workflow_for_its_tiers(
+    tmp_path, monkeypatch
+):
+    import yaml
+
+    root = _write(tmp_path, {"tests/test_a.py": PASSING, "tests/unit/test_u.py": PASSING})
+    result = _init(root, monkeypatch, "--workflow", "acme/ml-harness@0123abcd")
+    assert result.exit_code == 0, result.output
+    caller = yaml.safe_load((root / ".github/workflows/harness.yml").read_text())
+    job = caller["jobs"]["tests"]
+    assert job["uses"] == "acme/ml-harness/.github/workflows/harness-tiers.yml@0123abcd"
+    assert job["with"]["tiers"] == "unit,tests"
+    assert "ml-harness[ci,history]" in job["with"]["install"]
+
+
+def test_init_refuses_a_bad_workflow_source_or_an_existing_workflow_and_writes_nothing(
+    tmp_path, monkeypatch
+):
+    root = _write(tmp_path, {"tests/test_a.py": PASSING})
+    result = _init(root, monkeypatch, "--workflow", "ml-harness")
+    assert result.exit_code == 2 and "OWNER/REPO@COMMIT_SHA" in result.output
+    assert not (root / "setup.cfg").exists() and not (root / ".github").exists()
+    _write(root, {".github/workflows/harness.yml": "name: ours\n"})
+    result = _init(root, monkeypatch, "--workflow", "acme/ml-harness@v1")
+    assert result.exit_code == 2 and "not overwritten" in result.output
+    assert (root / ".github/workflows/harness.yml").read_text() == "name: ours\n"
+    assert not (root / "setup.cfg").exists()
