@@ -42,6 +42,13 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "reference_impls.training", *args]
 
 
+def _default_sigint() -> None:
+    # A shell without job control starts background jobs with SIGINT ignored, and a child
+    # inherits that; Python then keeps ignoring it and the Ctrl-C below would never arrive.
+    # A terminal's foreground job has the default disposition: give the child that.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(path: Path, process: subprocess.Popen, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
@@ -59,6 +66,7 @@ def test_ctrl_c_prints_where_it_stopped_and_a_resume_command_that_works(tmp_path
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     try:
         wait_for(run_dir / "latest.pt", process)
