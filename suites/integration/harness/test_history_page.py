@@ -4,13 +4,12 @@ checks read what Chromium rendered (the DOM, a screenshot's pixels), not the HTM
 from __future__ import annotations
 
 import shutil
-import struct
 import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from screenshots import count_pixels
 
 from harness.cli import main
 from harness.history.page import COLORS
@@ -51,52 +50,9 @@ def _chromium(url: str, tmp_path: Path, *args: str) -> str:
     return proc.stdout
 
 
-def _pixels(path: Path) -> tuple[int, int, int, bytes]:
-    """(width, height, channels, raw pixels) of an 8-bit RGB/RGBA non-interlaced PNG."""
-    data = path.read_bytes()
-    pos, idat, header = 8, b"", None
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", data[pos + 8 : pos + 8 + length])
-        elif kind == b"IDAT":
-            idat += data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-    assert header is not None
-    width, height, depth, color, _, _, interlace = header
-    assert depth == 8 and color in (2, 6) and interlace == 0, header
-    channels = 3 if color == 2 else 4
-    raw, stride = zlib.decompress(idat), width * channels
-    out, prev = bytearray(), bytearray(stride)
-    for y in range(height):
-        start = y * (stride + 1)
-        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
-        for i in range(stride):
-            a = line[i - channels] if i >= channels else 0
-            b, c = prev[i], prev[i - channels] if i >= channels else 0
-            if kind == 1:
-                line[i] = (line[i] + a) & 0xFF
-            elif kind == 2:
-                line[i] = (line[i] + b) & 0xFF
-            elif kind == 3:
-                line[i] = (line[i] + (a + b) // 2) & 0xFF
-            elif kind == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-        out += line
-        prev = line
-    return width, height, channels, bytes(out)
-
-
 def _count(path: Path, hex_color: str, tolerance: int = 6) -> int:
-    rgb = tuple(int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-    width, height, channels, px = _pixels(path)
-    return sum(
-        1
-        for i in range(0, width * height * channels, channels)
-        if all(abs(px[i + k] - rgb[k]) <= tolerance for k in range(3))
-    )
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return count_pixels(path, (r, g, b), tolerance)
 
 
 @pytest.fixture
