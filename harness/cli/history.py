@@ -22,6 +22,13 @@ _db_option = click.option(
     help=f"History database: a SQLite file path or postgresql://USER@HOST:PORT/DB "
     f"[default: ${ENV_VAR}].",
 )
+_min_runs_option = click.option(
+    "--min-runs",
+    type=click.IntRange(1),
+    default=sc.DEFAULT_MIN_RUNS,
+    show_default=True,
+    help="Runs with an outcome below which a test without decisive evidence is 'insufficient'.",
+)
 
 
 def _open(db: str | None) -> Any:
@@ -99,13 +106,7 @@ def _quote(text: str) -> str:
     show_default=True,
     help="Score over the last N runs.",
 )
-@click.option(
-    "--min-runs",
-    type=click.IntRange(1),
-    default=sc.DEFAULT_MIN_RUNS,
-    show_default=True,
-    help="Runs with an outcome below which a test without decisive evidence is 'insufficient'.",
-)
+@_min_runs_option
 @click.option(
     "--confidence",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
@@ -287,13 +288,7 @@ def _print_table(scores: list[sc.Score], show_all: bool, window: int, runs: int)
     show_default=True,
     help="Show and score the last N runs.",
 )
-@click.option(
-    "--min-runs",
-    type=click.IntRange(1),
-    default=sc.DEFAULT_MIN_RUNS,
-    show_default=True,
-    help="Runs with an outcome below which a test without decisive evidence is 'insufficient'.",
-)
+@_min_runs_option
 def page(db: str | None, out: Path, window: int, min_runs: int) -> None:
     """Write the tests page: a row per test with its verdict, outcome strip, rates, median
     duration and the command that replays its last failure (one HTML file, no script)."""
