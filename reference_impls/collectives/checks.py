@@ -240,6 +240,10 @@ def peer_goes_silent(
 
 def peer_exits(rank: int, world_size: int) -> tuple[str, str, float]:
     """Rank 1 exits at once; rank 0's ring must fail with RingPeerError, not hang."""
+    # Every rank joins the group first: gloo connects its full mesh as ranks arrive, and a
+    # rank 1 that exited while rank 0 was still connecting made rank 0's set-up fail instead
+    # of its ring (seen on a loaded 2-core runner), which is not the failure under test.
+    dist.barrier()
     if rank == 1:
         os._exit(3)
     if rank != 0:
