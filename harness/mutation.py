@@ -10,10 +10,10 @@ For each module (a ``.py`` file of the project) :func:`run_module`:
 1. finds the test files that import it, directly or through other project modules (the same
    import graph as the pull-request selection, :mod:`harness.selection`);
 2. copies the project (in a git checkout: every file git tracks or would track, as tests read
-   files such as ``requirements/*.lock`` or ``docs/``; elsewhere: the module's package,
-   ``suites/``, ``pyproject.toml`` and ``quarantine.toml``) into a scratch folder (mutmut
-   rewrites files under ``mutants/`` of its working folder, and the repository must never see
-   that), with a ``[tool.mutmut]`` table naming the module alone as the one to mutate and those
+   files such as ``requirements/*.lock`` or ``docs/``; elsewhere: the module's package, the
+   configured suites folder, ``pyproject.toml`` and ``quarantine.toml``) into a scratch folder
+   (mutmut rewrites files under ``mutants/`` of its working folder, and the repository must
+   never see that), with a ``[tool.mutmut]`` table naming the module alone as the one to mutate and those
    test files as the ones to run;
 3. runs ``mutmut run`` there, then reads every mutant's status (``mutmut results --all``) and,
    for the ones not killed, the change (``mutmut show``: file, line, before and after).

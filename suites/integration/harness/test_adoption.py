@@ -12,6 +12,7 @@ import sysconfig
 from pathlib import Path
 
 from click.testing import CliRunner
+from tiny_asv_project import git
 
 from harness.cli import main
 
@@ -36,15 +37,6 @@ def _init(root: Path, monkeypatch) -> None:
     assert result.exit_code == 0, result.output
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
-
-
 def _ci(pytester):
     result = pytester.run(
         sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--workers", "0",
@@ -60,10 +52,10 @@ def test_a_flat_tests_layout_on_master_runs_what_a_change_reaches_and_all_for_un
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     root = project(FLAT)
     _init(root, monkeypatch)  # harness init: [tool.harness] over tests/, quarantine.toml
-    _git(root, "init", "-q", "-b", "master")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "base")
-    _git(root, "checkout", "-qb", "feature")
+    git(root, "init", "-q", "-b", "master")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    git(root, "checkout", "-qb", "feature")
 
     # A change to a library module that breaks its test: that test runs (the base branch is
     # found without --changed-since) and the run fails.
@@ -164,10 +156,10 @@ def test_the_built_wheel_installed_in_a_fresh_venv_sets_up_and_gates_a_flat_proj
     where = run("python", "-c", "import harness; print(harness.__file__)")
     assert where.stdout.startswith(str(venv)), where  # the wheel's copy, not this tree's
     assert run("harness", "init").returncode == 0
-    _git(root, "init", "-q", "-b", "master")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "base")
-    _git(root, "checkout", "-qb", "feature")
+    git(root, "init", "-q", "-b", "master")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    git(root, "checkout", "-qb", "feature")
     (root / "mylib/extra.py").write_text("def g():\n    return 3\n")  # breaks test_extra
     ci = run("harness", "ci", "--no-perf", "--workers", "0", "--report-dir", "r")
     assert ci.returncode == 1, ci.stdout + ci.stderr

@@ -8,11 +8,11 @@ quarantine and reproduce lines) untouched.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tiny_asv_project import git
 
 from harness.seeding import node_seed
 
@@ -99,15 +99,6 @@ def test_distributed_tests_share_one_worker_and_integration_tests_their_modules_
     assert sorted(t["nodeid"] for t in report["tests"]) == sorted(r["nodeid"] for r in rows)
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
-
-
 def _ci(pytester):
     result = pytester.run(
         sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--changed-since", "main",
@@ -132,10 +123,10 @@ def test_pr_mode_runs_what_a_change_reaches_nothing_for_no_change_and_all_for_th
             ".gitignore": "r/\nrun.jsonl\nstdout\nstderr\n__pycache__/\n.pytest_cache/\n",
         }
     )
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "base")
-    _git(root, "checkout", "-qb", "feature")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    git(root, "checkout", "-qb", "feature")
 
     # No change (the base itself, e.g. a fresh clone of main): a selection would be empty and
     # pass without testing anything, so the run falls back to every test, saying why.
@@ -178,9 +169,9 @@ def test_pr_mode_runs_what_a_change_reaches_nothing_for_no_change_and_all_for_th
 
 def test_a_base_ref_that_does_not_exist_is_a_usage_error(project, pytester):
     root = project({"suites/unit/test_ok.py": "def test_ok():\n    pass\n"})
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "base")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
     result = pytester.run(
         sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--changed-since", "nope"
     )
