@@ -13,8 +13,8 @@ For each module (a ``.py`` file of the project) :func:`run_module`:
    files such as ``requirements/*.lock`` or ``docs/``; elsewhere: the module's package, the
    configured suites folder, ``pyproject.toml`` and ``quarantine.toml``) into a scratch folder
    (mutmut rewrites files under ``mutants/`` of its working folder, and the repository must
-   never see that), with a ``[tool.mutmut]`` table naming the module alone as the one to mutate and those
-   test files as the ones to run;
+   never see that), with a ``[tool.mutmut]`` table naming the module alone as the one to
+   mutate and those test files as the ones to run;
 3. runs ``mutmut run`` there, then reads every mutant's status (``mutmut results --all``) and,
    for the ones not killed, the change (``mutmut show``: file, line, before and after).
 
