@@ -30,6 +30,7 @@ JSON lines on stdin/stdout:
   each name in the request, without the JSON-lines loop (run under ncu by gpu_ab.py).
 """
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -38,6 +39,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MODULE_PREFIX = "_harness_gpu_ab_"
@@ -63,34 +65,59 @@ def _under(path: str | None, root: str) -> bool:
     return real == root or real.startswith(root + os.sep)
 
 
-def _import_side(
-    side: str, bench_dir: str, code_dir: str, module: str, tree_modules: dict[str, Any]
-) -> Any:
-    """bench_dir/<module path>.py imported as _harness_gpu_ab_<side>__<module>, with code_dir
-    (and bench_dir) first on sys.path; afterwards the modules it imported from those trees are
-    forgotten by sys.modules, so that the other side's imports find its own tree."""
-    path = os.path.join(bench_dir, *module.split(".")) + ".py"
-    if not os.path.isfile(path):
-        raise ValueError(f"no benchmark module {module!r}: {path} does not exist")
-    roots = [os.path.realpath(code_dir), os.path.realpath(bench_dir)]
-    before = set(sys.modules)
-    saved_path = list(sys.path)
-    sys.path[:0] = [code_dir, bench_dir]
-    try:
-        name = f"{MODULE_PREFIX}{side}__{module.replace('.', '__')}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # as an import would (dataclasses, pickling look it up)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path[:] = saved_path
-        for key in set(sys.modules) - before:
-            if any(_under(getattr(sys.modules[key], "__file__", None), r) for r in roots):
-                tree_modules[key] = sys.modules.pop(key)
-    # The benchmark module under one name for both sides (share_tuning pairs modules by name).
-    tree_modules[f"<benchmarks>.{module}"] = tree_modules.pop(name, mod)
-    return mod
+class _Namespace:
+    """One side's modules: those imported from its trees (code_dir, bench_dir), kept out of
+    sys.modules except while that side runs (``active``). While it runs, its trees are first on
+    sys.path and its modules are in sys.modules under their usual names, so that an import done
+    lazily inside its functions (``from reference_impls.attention import attention`` in a
+    helper) finds its own code, not the other side's."""
+
+    def __init__(self, side: str, bench_dir: str, code_dir: str) -> None:
+        self.side, self.bench_dir, self.code_dir = side, bench_dir, code_dir
+        self.roots = [os.path.realpath(code_dir), os.path.realpath(bench_dir)]
+        self.modules: dict[str, Any] = {}
+        self.benchmarks: dict[str, Any] = {}  # module name -> the imported benchmark module
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        saved_path = list(sys.path)
+        sys.path[:0] = [self.code_dir, self.bench_dir]
+        displaced = {k: sys.modules[k] for k in self.modules if k in sys.modules}
+        sys.modules.update(self.modules)
+        before = set(sys.modules)
+        try:
+            yield
+        finally:
+            sys.path[:] = saved_path
+            for key in set(sys.modules) - before:
+                if any(_under(getattr(sys.modules[key], "__file__", None), r) for r in self.roots):
+                    self.modules[key] = sys.modules[key]
+            for key in self.modules:
+                sys.modules.pop(key, None)
+            sys.modules.update(displaced)
+
+    def benchmark_module(self, module: str) -> Any:
+        """bench_dir/<module path>.py, imported once as _harness_gpu_ab_<side>__<module>."""
+        if module in self.benchmarks:
+            return self.benchmarks[module]
+        path = os.path.join(self.bench_dir, *module.split(".")) + ".py"
+        if not os.path.isfile(path):
+            raise ValueError(f"no benchmark module {module!r}: {path} does not exist")
+        name = f"{MODULE_PREFIX}{self.side}__{module.replace('.', '__')}"
+        with self.active():
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod  # as an import would (dataclasses, pickling look it up)
+            spec.loader.exec_module(mod)
+        self.benchmarks[module] = mod
+        return mod
+
+    def by_common_name(self) -> dict[str, Any]:
+        """Its modules, the benchmark modules named alike on both sides (share_tuning)."""
+        named = {k: v for k, v in self.modules.items() if not k.startswith(MODULE_PREFIX)}
+        named.update({f"<benchmarks>.{k}": v for k, v in self.benchmarks.items()})
+        return named
 
 
 def _tuning_key(tuner: Any) -> tuple[str, str] | None:
@@ -124,17 +151,12 @@ def share_tuning(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
 
 
 class _Side:
-    """One side's benchmark: instance, bound method and parameters."""
+    """One side's benchmark: instance, bound method and parameters, set up in its namespace."""
 
     def __init__(
-        self,
-        side: str,
-        trees: list[str],
-        full_name: str,
-        modules: dict,
-        tree_modules: dict[str, Any],
-        before_setup: Any = None,
+        self, ns: _Namespace, full_name: str, before_setup: Callable[[], None] | None = None
     ) -> None:
+        self.ns = ns
         name, _, params = full_name.partition("(")
         parts = name.split(".")
         if len(parts) < 3:
@@ -142,15 +164,11 @@ class _Side:
         module, cls_name, method = ".".join(parts[:-2]), parts[-2], parts[-1]
         if not method.startswith("time_"):
             raise ValueError(f"{full_name} is not a timing benchmark (time_*)")
-        key = (side, module)
-        if key not in modules:
-            modules[key] = _import_side(side, trees[0], trees[1], module, tree_modules)
-        cls = getattr(modules[key], cls_name)
-        self.instance = cls()
+        cls = getattr(ns.benchmark_module(module), cls_name)
         self.args: tuple = ()
         grid = getattr(cls, "params", None)
         if grid:
-            if grid and not isinstance(grid[0], (list, tuple)):
+            if not isinstance(grid[0], (list, tuple)):
                 grid = [grid]
             for combo in itertools.product(*grid):
                 if f"{name}({', '.join(repr(v) for v in combo)})" == full_name:
@@ -160,22 +178,25 @@ class _Side:
                 raise ValueError(f"no parameter combination of {name} is {params[:-1]!r}")
         elif params:
             raise ValueError(f"{name} takes no parameters, got ({params}")
-        self.fn = getattr(self.instance, method)
-        if hasattr(self.instance, "setup_cache"):
+        if hasattr(cls, "setup_cache"):
             raise ValueError(f"{name}: setup_cache is not supported by the GPU A/B timer")
-        if before_setup is not None:
-            before_setup()
-        setup = getattr(self.instance, "setup", None)
-        if setup is not None:
-            try:
-                setup(*self.args)
-            except NotImplementedError as exc:  # asv's way of skipping a benchmark
-                raise ValueError(f"{full_name} skipped itself in setup: {exc}") from None
+        with ns.active():
+            self.instance = cls()
+            self.fn = getattr(self.instance, method)
+            if before_setup is not None:
+                before_setup()
+            setup = getattr(self.instance, "setup", None)
+            if setup is not None:
+                try:
+                    setup(*self.args)
+                except NotImplementedError as exc:  # asv's way of skipping a benchmark
+                    raise ValueError(f"{full_name} skipped itself in setup: {exc}") from None
 
     def teardown(self) -> None:
         teardown = getattr(self.instance, "teardown", None)
         if teardown is not None:
-            teardown(*self.args)
+            with self.ns.active():
+                teardown(*self.args)
 
 
 def _no_synchronize(device: Any = None) -> None:
@@ -194,8 +215,7 @@ class Timer:
         size = max(FLUSH_MIN_BYTES, FLUSH_L2_MULTIPLE * self.l2_bytes)
         self.flush_buffer = torch.empty(size, dtype=torch.int8, device="cuda")
         self.sides: dict[str, _Side] = {}
-        self.modules: dict = {}
-        self.tree_modules: dict[str, dict[str, Any]] = {"base": {}, "head": {}}
+        self.namespaces: dict[tuple[str, str, str], _Namespace] = {}
         self.shared: list[str] = []
         self.number = 1
 
@@ -212,11 +232,12 @@ class Timer:
         synchronize = cuda.synchronize
         cuda.synchronize = _no_synchronize
         try:
-            for start, end in events:
-                self.flush_buffer.zero_()
-                start.record()
-                side.fn(*side.args)
-                end.record()
+            with side.ns.active():
+                for start, end in events:
+                    self.flush_buffer.zero_()
+                    start.record()
+                    side.fn(*side.args)
+                    end.record()
         finally:
             cuda.synchronize = synchronize
         synchronize()
@@ -224,16 +245,19 @@ class Timer:
 
     def load(self, full_name: str, sides: dict[str, list[str]]) -> dict[str, Any]:
         self.teardown()
-        tm = self.tree_modules
+        ns = {}
+        for side in ("base", "head"):
+            key = (side, *sides[side])
+            if key not in self.namespaces:
+                self.namespaces[key] = _Namespace(side, sides[side][0], sides[side][1])
+            ns[side] = self.namespaces[key]
 
         def share() -> None:
-            self.shared = share_tuning(tm["base"], tm["head"])
+            self.shared = share_tuning(ns["base"].by_common_name(), ns["head"].by_common_name())
 
         # Base first, set up (autotuned) before head's setup, which reuses its picks.
-        self.sides["base"] = _Side("base", sides["base"], full_name, self.modules, tm["base"])
-        self.sides["head"] = _Side(
-            "head", sides["head"], full_name, self.modules, tm["head"], share
-        )
+        self.sides["base"] = _Side(ns["base"], full_name)
+        self.sides["head"] = _Side(ns["head"], full_name, share)
         ms = {}
         for side, bench in self.sides.items():
             end = time.perf_counter() + WARMUP_S
@@ -262,8 +286,10 @@ class Timer:
         cudart = torch.cuda.cudart()
         self.flush_buffer.zero_()
         torch.cuda.synchronize()
+        bench = self.sides[side]
         cudart.cudaProfilerStart()
-        self.sides[side].fn(*self.sides[side].args)
+        with bench.ns.active():
+            bench.fn(*bench.args)
         torch.cuda._sleep(1)  # the marker: a kernel no benchmark launches by itself
         torch.cuda.synchronize()
         cudart.cudaProfilerStop()

@@ -16,6 +16,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -266,13 +267,16 @@ def ab_candidates(report: GateReport) -> list[str]:
     ]
 
 
-def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
+def apply_ab(
+    report: GateReport, ab: Mapping[str, ABResult], *, method: str = "A/B pairs"
+) -> GateReport:
     """The report with each timing row that has A/B pairs judged on those pairs instead.
 
     The pairs are grouped in blocks of consecutive pairs, each block a stratum
     (sequential.ab_strata): samples taken within a second or so of each other are
     interchangeable, while a load change between blocks shifts both sides alike. A failed A/B
-    keeps the row's verdict from the asv runs and says why.
+    keeps the row's verdict from the asv runs and says why. method: how the report names the
+    pairs ("A/B pairs": CPU time, ab.py; "GPU A/B pairs": CUDA events, gpu_ab.py).
     """
     rows = [dataclasses.replace(r) for r in report.rows]
     problems = list(report.context)
@@ -291,7 +295,7 @@ def apply_ab(report: GateReport, ab: dict[str, ABResult]) -> GateReport:
         row.head = statistics.median(result.head)
         _judge(row, judge_pairs(result.base, result.head, report.factor))
         row.p = None  # the blocks' interval decided, not the asv samples' rank test
-        row.passes, row.method = len(result.base), "A/B pairs"
+        row.passes, row.method = len(result.base), method
     code, why = _decide(rows)
     return dataclasses.replace(
         report, exit_code=code, rows=rows, problems=problems + why, context=problems

@@ -48,6 +48,7 @@ from harness.perf.gate_report import (
     RowStatus,
 )
 from harness.perf.gating import DEFAULT_FACTOR, ab_candidates, apply_ab, gate, has_results
+from harness.perf.gpu_ab import NoGpuError, measure_gpu_ab
 from harness.perf.runs import GROUPS, MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
 
 MeasureBase = Literal["never", "missing", "always"]
@@ -380,6 +381,10 @@ def _ci_step(
                 f"undecided, up to {config.ab_budget_s:g} s each; docs/perf.md): {why}, "
                 f"{len(names)} benchmark(s)."
             )
+        gpu_names = gpu_ab_names(report)
+        if gpu_names:
+            report, note = _gpu_ab(repo_root, baseline, gpu_names, report, config, echo)
+            notes.append(note)
     for outcome in outcomes:
         log.extend(outcome.log)
     failed_run = any(o.exit_code != 0 for o in outcomes)
@@ -418,6 +423,45 @@ def ab_names(report: GateReport, *, measured_here: bool) -> list[str]:
         return names
     status = {r.name: r.status for r in report.rows}
     return [n for n in names if status[n] in REJUDGED_FROM_STORED]
+
+
+def gpu_ab_names(report: GateReport) -> list[str]:
+    """The GPU group's timing benchmarks the step times in GPU A/B pairs (gpu_ab.py): all that
+    are comparable on both sides, stored base or measured here (pairs of a ~1 ms kernel take a
+    second or two, not minutes)."""
+    gpu = re.compile(f"^{GROUPS['gpu']}")
+    return [n for n in ab_candidates(report) if gpu.match(n)]
+
+
+def _gpu_ab(
+    repo_root: Path,
+    baseline: str,
+    names: list[str],
+    report: GateReport,
+    config: PerfStepConfig,
+    echo: Echo | None,
+) -> tuple[GateReport, str]:
+    """GPU rows judged on CUDA-event A/B pairs; without a CUDA device they keep the asv
+    samples' verdict (an undecided one still exits 2) and the note says why."""
+    try:
+        pairs = measure_gpu_ab(
+            repo_root,
+            baseline,
+            names,
+            factor=config.factor,
+            pairs=config.ab_pairs,
+            max_seconds=config.ab_budget_s,
+            echo=echo,
+        )
+    except NoGpuError as exc:
+        return report, f"GPU A/B pairs not taken ({exc}): the GPU rows are judged on asv's samples."
+    report = apply_ab(report, pairs, method="GPU A/B pairs")
+    return report, (
+        f"GPU rows judged on GPU A/B pairs (base and head kernels in one process, each call "
+        f"after an L2 flush, timed with CUDA events; {config.ab_pairs} pairs first, more while "
+        f"undecided, up to {config.ab_budget_s:g} s each; docs/perf.md): {len(names)} "
+        "benchmark(s)."
+    )
 
 
 def _run_failure(report_dir: Path) -> str:
