@@ -223,6 +223,86 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
     sys.exit(report.exit_code)
 
 
+@perf.command(name="gpu-ab")
+@click.argument("base", callback=_checked(_ref))
+@click.argument("names", nargs=-1, required=True)
+@factor_option
+@click.option(
+    "--pairs",
+    type=click.IntRange(10, lib.MAX_AB_PAIRS),
+    default=60,
+    show_default=True,
+    help="Pairs before the first look (more while undecided, sequentially).",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(1, 3600),
+    default=120.0,
+    show_default=True,
+    help="Seconds of sampling per benchmark at most.",
+)
+@click.option(
+    "--ncu", "with_ncu", is_flag=True, help="Also one call per side under Nsight Compute (ncu)."
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    callback=_writable_json_path,
+    help="Also write the results as JSON to this file (its folder must exist).",
+)
+def gpu_ab(
+    base: str,
+    names: tuple[str, ...],
+    factor: float,
+    pairs: int,
+    budget: float,
+    with_ncu: bool,
+    json_path: Path | None,
+) -> None:
+    """Time GPU benchmarks NAMES (module.Class.time_x, with "(params)" as asv names them) of
+    commit BASE against the working tree: both in one process, each call after an L2 flush,
+    timed with CUDA events, in interleaved pairs until decided (docs/perf.md). Exit 0:
+    unchanged or improved; 1: regressed; 2: undecided, a benchmark that could not be
+    measured, no CUDA device, or a bad argument."""
+    from harness.perf import gpu_ab as gab
+
+    for name in names:
+        if "." not in name.partition("(")[0] or not name.partition("(")[0].split(".")[
+            -1
+        ].startswith("time_"):
+            _fail(lib.PerfError(f"{name!r} is not a timing benchmark name (module.Class.time_x)"))
+    try:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="harness-gpu-ab-tree-") as tmp:
+            base_tree, head_tree = gab.trees_for(_root(), base, Path(tmp))
+            results = gab.measure_gpu_ab_trees(
+                base_tree,
+                head_tree,
+                list(names),
+                factor=factor,
+                pairs=pairs,
+                max_seconds=budget,
+                echo=lambda line: click.echo(line, err=True),
+            )
+            counters = gab.ncu_counters(base_tree, head_tree, list(names)) if with_ncu else None
+    except lib.PerfError as exc:
+        _fail(exc)
+    click.echo(gab.markdown(results, counters))
+    if json_path:
+        import json
+
+        data = {"results": gab.to_json(results)}
+        if counters:
+            data["ncu"] = {
+                n: {"ratio": c.ratios(), "kernels": c.kernels} for n, c in counters.items()
+            }
+        json_path.write_text(json.dumps(data, indent=2) + "\n")
+    sys.exit(gab.exit_code(results))
+
+
 @perf.command()
 @click.option(
     "--report-dir",

@@ -120,22 +120,24 @@ class _Namespace:
         return named
 
 
-def _tuning_key(tuner: Any) -> tuple[str, str] | None:
+def _tuning_key(tuner: Any) -> tuple[str, list[str]] | None:
     """What makes two Triton autotuners the same: the kernel's source (its cache key) and the
-    configs; None for anything else."""
+    configs (as str: a triton.Config has __str__ but no __repr__, so str() of the list would
+    show each object's address); None for anything else."""
     if type(tuner).__name__ != "Autotuner":
         return None
     try:
-        return str(tuner.fn.cache_key), str(tuner.configs)
+        return str(tuner.fn.cache_key), [str(c) for c in tuner.configs]
     except Exception:  # not a Triton kernel after all
         return None
 
 
 def share_tuning(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
-    """Give each of head's Triton autotuners the picks base's made, where the kernel and its
-    configs are the same on both sides. Why: two tunings of one kernel can pick two configs
-    whose times differ by a few percent (the tuner's own noise decides between near-equals);
-    then unchanged code reads as changed for that process. A changed kernel tunes itself."""
+    """Give each of head's Triton autotuners the picks base's made (as head's own Config
+    objects), where the kernel and its configs are the same on both sides. Why: two tunings of
+    one kernel can pick two configs whose times differ by a few percent (the tuner's own noise
+    decides between near-equals); then unchanged code reads as changed for that process. A
+    changed kernel, or changed configs, tune themselves."""
     shared = []
     for mod_name, hmod in head.items():
         bmod = base.get(mod_name)
@@ -144,9 +146,12 @@ def share_tuning(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
         for attr, tuner in vars(hmod).items():
             key = _tuning_key(tuner)
             other = getattr(bmod, attr, None)
-            if key is not None and other is not None and key == _tuning_key(other):
-                tuner.cache.update(other.cache)
-                shared.append(f"{mod_name}.{attr}")
+            if key is None or other is None or key != _tuning_key(other):
+                continue
+            mine = {str(c): c for c in tuner.configs}
+            picks = {k: mine[str(c)] for k, c in other.cache.items() if str(c) in mine}
+            tuner.cache.update(picks)
+            shared.append(f"{mod_name}.{attr}")
     return shared
 
 

@@ -41,7 +41,7 @@ from harness.perf.gate_report import (
     _n,
 )
 from harness.perf.results import Measurement, load_passes, load_results
-from harness.perf.sequential import AB_BLOCK, MIN_BLOCKS, judge_pairs
+from harness.perf.sequential import AB_BLOCK, CPU_UNIT, GPU_UNIT, MIN_BLOCKS, judge_pairs
 
 if TYPE_CHECKING:
     from harness.perf.ab import ABResult
@@ -293,7 +293,8 @@ def apply_ab(
         row.n_base, row.n_head = len(result.base), len(result.head)
         row.base = statistics.median(result.base)
         row.head = statistics.median(result.head)
-        _judge(row, judge_pairs(result.base, result.head, report.factor))
+        unit = GPU_UNIT if method.startswith("GPU") else CPU_UNIT
+        _judge(row, judge_pairs(result.base, result.head, report.factor, unit=unit))
         row.p = None  # the blocks' interval decided, not the asv samples' rank test
         row.passes, row.method = len(result.base), method
     code, why = _decide(rows)

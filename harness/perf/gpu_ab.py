@@ -41,7 +41,13 @@ from typing import Any
 
 from harness.perf._common import Echo, PerfError, Project, check_factor, python_path
 from harness.perf.ab import ABResult, _Worker
-from harness.perf.sequential import AB_BLOCK, SamplerError, SamplingPlan, sample_until_decided
+from harness.perf.sequential import (
+    AB_BLOCK,
+    GPU_UNIT,
+    SamplerError,
+    SamplingPlan,
+    sample_until_decided,
+)
 
 DEFAULT_PAIRS = 60
 MAX_PAIRS_FACTOR = 10
@@ -176,7 +182,7 @@ def _measure_one(
         return float(reply["seconds"]["base"]), float(reply["seconds"]["head"])
 
     try:
-        sampled = sample_until_decided(sample_pair, factor, plan)
+        sampled = sample_until_decided(sample_pair, factor, plan, unit=GPU_UNIT)
     finally:
         worker.ask({"op": "teardown"}, timeout=60)
     result.base, result.head, result.error = sampled.base, sampled.head, sampled.error
@@ -369,3 +375,45 @@ def to_json(results: dict[str, GpuABResult]) -> dict[str, Any]:
             "head_median_s": sorted(r.head)[len(r.head) // 2] if r.head else None,
         }
     return out
+
+
+def exit_code(results: dict[str, GpuABResult]) -> int:
+    """1 if any benchmark regressed; else 2 if any is undecided or failed to measure (never a
+    pass: the gate's rule); else 0 (all unchanged or improved)."""
+    from harness.perf.decision import Verdict
+
+    verdicts = [
+        r.comparison.verdict if r.comparison and not r.error else None for r in results.values()
+    ]
+    if Verdict.REGRESSED in verdicts:
+        return 1
+    if not verdicts or any(v in (None, Verdict.UNDECIDED) for v in verdicts):
+        return 2
+    return 0
+
+
+def markdown(
+    results: dict[str, GpuABResult], counters: dict[str, CounterResult] | None = None
+) -> str:
+    """A table: verdict, ratio head/base, interval, pairs, base and head medians (ms)."""
+    lines = [
+        "| benchmark | verdict | ratio | interval | pairs | base ms | head ms | why stopped |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        c = r.comparison
+        if r.error or c is None:
+            lines.append(f"| `{name}` | failed: {r.error} | | | {len(r.base)} | | | {r.stopped} |")
+            continue
+        b = sorted(r.base)[len(r.base) // 2] * 1e3
+        h = sorted(r.head)[len(r.head) // 2] * 1e3
+        lines.append(
+            f"| `{name}` | {c.verdict} | {c.estimate:.4f} | [{c.low:.4f}, {c.high:.4f}] | "
+            f"{len(r.base)} | {b:.4f} | {h:.4f} | {r.stopped} |"
+        )
+        if c.verdict == "undecided":
+            lines.append(f"|  | would need {c.would_need()} | | | | | | |")
+    for name, cr in (counters or {}).items():
+        ratios = ", ".join(f"{m} {v:.4f}" for m, v in cr.ratios().items())
+        lines.append(f"\nncu, one call each (head/base) `{name}`: {ratios}; kernels {cr.kernels}")
+    return "\n".join(lines)

@@ -71,11 +71,16 @@ def ab_strata(base: list[float], head: list[float]) -> list[stats.Stratum]:
     return [(base[i : i + AB_BLOCK], head[i : i + AB_BLOCK]) for i in range(0, len(base), AB_BLOCK)]
 
 
-def judge_pairs(base: list[float], head: list[float], factor: float) -> Comparison:
-    """The verdict on interleaved A/B pairs: their blocks' signed-rank interval."""
-    return compare_blocks(
-        ab_strata(base, head), factor, unit=f"process pairs of {AB_BLOCK} A/B pairs"
-    )
+CPU_UNIT = f"process pairs of {AB_BLOCK} A/B pairs"
+GPU_UNIT = f"blocks of {AB_BLOCK} GPU A/B pairs"
+
+
+def judge_pairs(
+    base: list[float], head: list[float], factor: float, *, unit: str = CPU_UNIT
+) -> Comparison:
+    """The verdict on interleaved A/B pairs: their blocks' signed-rank interval. unit: what
+    a block is (a fresh process pair for the CPU A/B; consecutive pairs for the GPU's)."""
+    return compare_blocks(ab_strata(base, head), factor, unit=unit)
 
 
 @dataclasses.dataclass
@@ -107,6 +112,7 @@ def sample_until_decided(
     plan: SamplingPlan,
     *,
     clock: Callable[[], float] = time.monotonic,
+    unit: str = CPU_UNIT,
 ) -> Sampled:
     """Take pairs until a look decides (decision.compare on ab_strata), the plan's pairs run
     out, or its budget does (then the pairs taken so far are judged)."""
@@ -126,7 +132,7 @@ def sample_until_decided(
             base.append(b)
             head.append(h)
         looks += 1
-        comparison = judge_pairs(base, head, factor)
+        comparison = judge_pairs(base, head, factor, unit=unit)
         if comparison.verdict is not Verdict.UNDECIDED:
             return Sampled(base, head, comparison, looks, "decided")
         if clock() > deadline:
