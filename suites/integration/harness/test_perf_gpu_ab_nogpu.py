@@ -5,7 +5,6 @@ where a GPU is."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from click.testing import CliRunner
