@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from harness import perf
 from harness.cli import main
 from harness.perf import _gpu_ab_worker as worker
-from harness.perf import gpu_ab
+from harness.perf import gpu_ab, step
 from harness.perf.decision import Verdict
 from harness.perf.sequential import SamplingPlan
 
@@ -226,3 +227,63 @@ def test_gpu_ab_command_rejects_bad_input_with_exit_2(args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+# --- the gate's GPU group (harness perf ci --group gpu): rows judged on GPU A/B pairs -------
+
+
+def _gate_report(*rows: perf.Row) -> perf.GateReport:
+    return perf.GateReport(0, "a" * 40, "b" * 40, "gpu-h200", 1.03, list(rows), [])
+
+
+def _row(name: str, status: str = "unchanged") -> perf.Row:
+    return perf.Row(name, "env", status, 1.0, 1.0, "seconds", 7, 7, ratio=1.0, kind="time")
+
+
+def test_every_comparable_gpu_timing_row_is_timed_in_gpu_pairs():
+    report = _gate_report(
+        _row("b.C.time_cpu", "undecided"),
+        _row("b.AttnGPU.time_fwd", "unchanged"),  # stored results said so: timed anyway
+        _row("b.AttnGPU.time_bwd", "undecided"),
+        _row("b.AttnGPU.time_new", "new in head, no baseline"),
+    )
+    assert step.gpu_ab_names(report) == ["b.AttnGPU.time_fwd", "b.AttnGPU.time_bwd"]
+    assert "b.AttnGPU.time_fwd" not in step.ab_names(report, measured_here=True)
+
+
+def _synthetic(name: str, ratio: float, noise: float, seed: int, pairs: int = 60):
+    fake = FakeWorker(ratio, noise, seed)
+    plan = SamplingPlan(first=pairs, max_pairs=pairs, budget_s=1e9)
+    return gpu_ab._measure_one(fake, name, TREE, TREE, 1.03, plan)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "noise", "status", "code"),
+    [(1.05, 0.01, "regressed", 1), (1.0, 0.01, "unchanged", 0), (1.015, 0.1, "undecided", 2)],
+)
+def test_gpu_pairs_decide_the_gpu_rows_and_undecided_exits_2(
+    monkeypatch, ratio, noise, status, code
+):
+    name = "b.AttnGPU.time_fwd"
+    report = _gate_report(_row(name, "unchanged"))
+    monkeypatch.setattr(
+        step, "measure_gpu_ab", lambda *a, **k: {name: _synthetic(name, ratio, noise, seed=7)}
+    )
+    config = step.PerfStepConfig(group="gpu", factor=1.03)
+    judged, note = step._gpu_ab(Path("."), "a" * 40, [name], report, config, None)
+    (row,) = judged.rows
+    assert row.status == status and judged.exit_code == code
+    assert row.method == "GPU A/B pairs" and row.passes == 60
+    assert "CUDA events" in note
+
+
+def test_without_a_cuda_device_the_gpu_rows_keep_the_asv_verdict_and_say_why(monkeypatch):
+    def no_gpu(*args, **kwargs):
+        raise gpu_ab.NoGpuError("GPU A/B timing needs a CUDA device: none visible")
+
+    monkeypatch.setattr(step, "measure_gpu_ab", no_gpu)
+    report = _gate_report(_row("b.AttnGPU.time_fwd", "undecided"))
+    config = step.PerfStepConfig(group="gpu", factor=1.03)
+    judged, note = step._gpu_ab(Path("."), "a" * 40, ["b.AttnGPU.time_fwd"], report, config, None)
+    assert judged is report  # the asv samples' verdict stands (undecided: still exit 2)
+    assert "not taken" in note and "needs a CUDA device" in note
