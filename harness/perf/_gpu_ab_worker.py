@@ -170,7 +170,7 @@ class _Side:
         if not method.startswith("time_"):
             raise ValueError(f"{full_name} is not a timing benchmark (time_*)")
         cls = getattr(ns.benchmark_module(module), cls_name)
-        self.args: tuple = ()
+        self.args: tuple[Any, ...] = ()
         grid = getattr(cls, "params", None)
         if grid:
             if not isinstance(grid[0], (list, tuple)):
@@ -246,13 +246,13 @@ class Timer:
         finally:
             cuda.synchronize = synchronize
         synchronize()
-        return sum(s.elapsed_time(e) for s, e in events) / 1000.0 / n
+        return float(sum(s.elapsed_time(e) for s, e in events)) / 1000.0 / n
 
     def load(self, full_name: str, sides: dict[str, list[str]]) -> dict[str, Any]:
         self.teardown()
         ns = {}
         for side in ("base", "head"):
-            key = (side, *sides[side])
+            key = (side, sides[side][0], sides[side][1])
             if key not in self.namespaces:
                 self.namespaces[key] = _Namespace(side, sides[side][0], sides[side][1])
             ns[side] = self.namespaces[key]
