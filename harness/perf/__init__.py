@@ -39,6 +39,8 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
   :class:`RowStatus`), as markdown and JSON.
 - ``harness.perf.ab``: interleaved A/B timing of base and head, sample by sample
   (:func:`measure_ab`), which decides timing benchmarks when the base is measured in the run.
+- ``harness.perf.gpu_ab``: the GPU group's A/B timing (base and head kernels in one process,
+  CUDA events, L2 flushed before every call) and Nsight Compute counters per call.
 - ``harness.perf.baselines``: which commit is the baseline; the baseline a first run records.
 - ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`, :class:`PerfStepConfig`).
 - ``harness.perf.dashboard``: the offline dashboard (:func:`publish`,
