@@ -166,8 +166,10 @@ def ci_step(
     each (the record, and the verdict for track/peakmem benchmarks and failures), and then
     every timing benchmark comparable on both sides is timed again in ``ab_pairs`` interleaved
     A/B pairs (ab.py: base and head sampled alternately, milliseconds apart), which decide its
-    verdict; 0 disables that and the asv samples decide, pass by pass. ``bench`` narrows the
-    group with a regex (as ``harness perf run --bench``).
+    verdict; 0 disables that and the asv samples decide, pass by pass. GPU-group timing
+    benchmarks are timed in GPU A/B pairs instead (gpu_ab.py: both sides in one process,
+    CUDA events, L2 flushed), stored base or not. ``bench`` narrows the group with a regex
+    (as ``harness perf run --bench``).
 
     Without a baseline ("never"/"missing": no ancestor has results and no stored baseline
     applies), the step says so, keeps this run's results as the baseline (baselines.py) so
@@ -410,7 +412,7 @@ def ab_names(report: GateReport, *, measured_here: bool) -> list[str]:
     """The timing benchmarks the step times again in interleaved A/B pairs.
 
     Never the GPU group: A/B samples are CPU time, and a CUDA kernel's CPU time is its launch,
-    not its run (the GPU runner is a dedicated machine: wall time is right there). With the
+    not its run (gpu_ab_names: those get CUDA-event pairs). With the
     base measured in this run: every other candidate. With stored results (measured minutes or
     days apart, in wall time): what they leave undecided is measured again, and a change they
     show is confirmed (a load change between the runs reads as a change: unchanged code read
