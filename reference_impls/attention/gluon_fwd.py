@@ -65,6 +65,9 @@ CONSUMER_REGS = {1: 240, 2: 240}
 # maxnreg for the launch: the average per thread that the budget above allows, rounded down
 # to a multiple of 8 (65536 / (128 * warpgroups)).
 KERNEL_MAXNREG = {1: 248, 2: 168}
+# Persistent programs take the tiles of this many heads at a time (see _tile): 8 heads' K/V at
+# N = 16384, D = 128 is 64 MiB, about L2's size; shorter sequences fit several times over.
+GROUP_HEADS = gl.constexpr(8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +109,7 @@ def _pipelined_blocks(
     kv_empty,
     turns,
     kv_base,
+    turn_parity,
     lo,
     hi,
     qk_scale,
@@ -132,9 +136,10 @@ def _pipelined_blocks(
 
     PINGPONG (two consumers): the warpgroups take turns to issue their two wgmmas (the
     ``turns`` mbarriers), so that one's softmax runs while the other's matmuls hold the tensor
-    cores (FlashAttention-3's inter-warpgroup schedule). Both run the same number of
-    iterations, so the k-th wait on a turn barrier is for its k-th completion (parity k & 1;
-    consumer 0's barrier was completed once before the loop to let it start).
+    cores (FlashAttention-3's inter-warpgroup schedule). Both run the same tiles and so the
+    same number of iterations, so the k-th wait on a turn barrier is for its k-th completion
+    (parity k & 1; consumer 0's barrier was completed once before the first tile to let it
+    start).
     """
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -148,7 +153,10 @@ def _pipelined_blocks(
         mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
         acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         if PINGPONG:
-            mbarrier.wait(turns.index(CONSUMER), (j - 1) & 1)
+            # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
+            # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
+            # whose parity is turn_parity ^ ((j - 1) & 1).
+            mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
         qk = warpgroup_mma(
             q_smem,
             k_smem.index(slot).permute((1, 0)),
@@ -232,6 +240,8 @@ def _consumer(
     n_full = gl.minimum((start_m + causal_shift + 1) // BLOCK_N, n_blocks) if CAUSAL else n_blocks
 
     mbarrier.wait(q_bar, q_phase)
+    # q_phase is the parity of the tiles this program ran before; see _pipelined_blocks.
+    turn_parity = (kv_base & 1) ^ q_phase
     # Block 0 alone: its scores, its softmax (masked: in a causal kernel it may straddle the
     # diagonal; the mask is harmless elsewhere).
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
@@ -251,12 +261,12 @@ def _consumer(
 
     acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        kv_base, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
+        kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
     )  # fmt: skip
     acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        kv_base, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
+        kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER, PINGPONG,
     )  # fmt: skip
     if PERSISTENT:
@@ -298,16 +308,32 @@ def _tile(
     n_k,
     num_heads,
     group_size,
+    n_bh,
     CAUSAL: gl.constexpr,
     TILE_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):
     """Tile number -> (first Q row in the flat (B*H*Nq, D) view, first query index in the
-    sequence, first K/V row in the flat (B*Hkv*Nk, D) view, key blocks to visit). Tiles of one
-    head are consecutive, so programs running at the same time share K/V through L2; causal
-    ones are numbered longest first, so the last tiles to start are short ones."""
-    bh = tile // num_m  # b * H + h
-    pid_m = tile % num_m
+    sequence, first K/V row in the flat (B*Hkv*Nk, D) view, key blocks to visit). Causal tiles
+    are numbered longest first, so the last tiles to start are short ones.
+
+    One tile per program: the tiles of one head are consecutive, so the programs running at
+    the same time share K/V through L2. Persistent: heads go in groups of GROUP_HEADS, inside
+    which the query block is the slow index. Program p runs tiles p, p + P, p + 2P, ...; had
+    each head's tiles been consecutive, P (the SM count, 132) modulo the tiles per head would
+    give program p only some query blocks (the short causal ones, say) and its neighbour
+    others. Across a group the block index changes every GROUP_HEADS tiles, so every program
+    samples all of them, and the ~P tiles in flight still read only a few heads' K/V."""
+    if PERSISTENT:
+        group = tile // (GROUP_HEADS * num_m)
+        heads = gl.minimum(n_bh - group * GROUP_HEADS, GROUP_HEADS)
+        u = tile - group * (GROUP_HEADS * num_m)
+        bh = group * GROUP_HEADS + u % heads
+        pid_m = u // heads
+    else:
+        bh = tile // num_m  # b * H + h
+        pid_m = tile % num_m
     if CAUSAL:
         pid_m = num_m - 1 - pid_m
     b = bh // num_heads
@@ -362,8 +388,8 @@ def _consumer_partition(
     for tile in range(first, n_tiles, step):
         it = (tile - first) // step  # this program's tile count so far
         q_row0, start_m0, kv_row0, n_blocks = _tile(
-            tile, num_m, n_q, n_k, num_heads, group_size, CAUSAL, NUM_CONSUMERS * BLOCK_M,
-            BLOCK_N,
+            tile, num_m, n_q, n_k, num_heads, group_size, n_tiles // num_m, CAUSAL,
+            NUM_CONSUMERS * BLOCK_M, BLOCK_N, PERSISTENT,
         )  # fmt: skip
         row = q_row0 + CONSUMER * BLOCK_M
         _consumer(
@@ -401,6 +427,7 @@ def _loader(
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):
     """The producer warp: per tile, each consumer's Q once that consumer has released its Q
     slot, then K_j and V_j into ring slot (g % STAGES), g counting the program's key blocks
@@ -409,8 +436,8 @@ def _loader(
     for tile in range(first, n_tiles, step):
         it = (tile - first) // step  # this program's tile count so far
         q_row0, start_m0, kv_row0, n_blocks = _tile(
-            tile, num_m, n_q, n_k, num_heads, group_size, CAUSAL, NUM_CONSUMERS * BLOCK_M,
-            BLOCK_N,
+            tile, num_m, n_q, n_k, num_heads, group_size, n_tiles // num_m, CAUSAL,
+            NUM_CONSUMERS * BLOCK_M, BLOCK_N, PERSISTENT,
         )  # fmt: skip
         for c in gl.static_range(NUM_CONSUMERS):
             # A fresh mbarrier counts as having completed the phase before phase 0: the first
@@ -494,8 +521,6 @@ def _attn_fwd_ws(
         mbarrier.init(turns.index(c), count=1)
     if PINGPONG:
         gl.static_assert(NUM_CONSUMERS == 2, "ping-pong needs two consumer warpgroups")
-        # The turn barriers' parities assume one tile per program.
-        gl.static_assert(not PERSISTENT, "ping-pong is not written for persistent programs")
         mbarrier.arrive(turns.index(0), count=1)  # consumer 0 issues first
 
     # The partitions' arguments: descriptors, shared-memory views and scalars (only the
@@ -527,6 +552,7 @@ def _attn_fwd_ws(
                         desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, q_empty,
                         k_ready, v_ready, kv_empty, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, CAUSAL, NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                        PERSISTENT,
                     ),
                 ),
             ],
@@ -551,6 +577,7 @@ def _attn_fwd_ws(
                         desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, q_empty,
                         k_ready, v_ready, kv_empty, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, CAUSAL, NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                        PERSISTENT,
                     ),
                 ),
             ],
@@ -595,12 +622,14 @@ CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
         GluonConfig(128, 64, 3, 2, pingpong=True),
         GluonConfig(128, 64, 3, 2, persistent=True),
         GluonConfig(64, 128, 3, 2, persistent=True),
+        GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
     ),
     128: (
         GluonConfig(64, 128, 3, 2),
         GluonConfig(64, 64, 4, 2),
         GluonConfig(64, 128, 3, 2, pingpong=True),
         GluonConfig(64, 128, 3, 2, persistent=True),
+        GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
     ),
 }
 
