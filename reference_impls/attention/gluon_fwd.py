@@ -21,6 +21,10 @@ FlashAttention-2 (Dao, 2023, https://arxiv.org/abs/2307.08691): the same online 
   taking turns to issue) measured no faster and is off by default.
 - Causal: blocks left of the diagonal take the loop without masks; only the blocks that
   straddle the diagonal compute one.
+- ``persistent`` tilings launch one program per SM, each looping over tiles (groups of
+  ``GROUP_HEADS`` heads, query block as the slow index) through one K/V ring: the producer
+  loads the next tile's Q as soon as the consumers' last score wgmma is done, and O is
+  stored from registers. Measured, tested, not the default (see ``CONFIGS``).
 
 What this kernel covers is narrower than ``kernel.py``: fp16/bf16, head dims 64 and 128,
 contiguous ``(B, H, N, D)`` inputs, lengths that are whole multiples of its tiles and, when
@@ -614,7 +618,8 @@ class GluonConfig:
 # same-run sweeps on an H200 (docs/benchmarks/attention.md), which also timed and dropped
 # 2-slot rings and a single 128-row consumer; 128-row tiles with 128-key blocks spill. The
 # others stay, tested, as the alternatives measured: ping-pong ran -9% to +2% against letting
-# the two warpgroups interleave freely.
+# the two warpgroups interleave freely; persistent programs (with or without ping-pong) ran
+# 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b).
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(128, 64, 3, 2),
