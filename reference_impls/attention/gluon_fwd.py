@@ -21,6 +21,10 @@ FlashAttention-2 (Dao, 2023, https://arxiv.org/abs/2307.08691): the same online 
   taking turns to issue) measured no faster and is off by default.
 - Causal: blocks left of the diagonal take the loop without masks; only the blocks that
   straddle the diagonal compute one.
+- ``persistent`` tilings launch one program per SM, each looping over tiles (groups of
+  ``GROUP_HEADS`` heads, query block as the slow index) through one K/V ring: the producer
+  loads the next tile's Q as soon as the consumers' last score wgmma is done, and O is
+  stored from registers. Measured, tested, not the default (see ``CONFIGS``).
 
 What this kernel covers is narrower than ``kernel.py``: fp16/bf16, head dims 64 and 128,
 contiguous ``(B, H, N, D)`` inputs, lengths that are whole multiples of its tiles and, when
@@ -36,6 +40,7 @@ kernels are only compiled when launched on a GPU).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 from triton.experimental import gluon
@@ -64,6 +69,9 @@ CONSUMER_REGS = {1: 240, 2: 240}
 # maxnreg for the launch: the average per thread that the budget above allows, rounded down
 # to a multiple of 8 (65536 / (128 * warpgroups)).
 KERNEL_MAXNREG = {1: 248, 2: 168}
+# Persistent programs take the tiles of this many heads at a time (see _tile): 8 heads' K/V at
+# N = 16384, D = 128 is 64 MiB, about L2's size; shorter sequences fit several times over.
+GROUP_HEADS = gl.constexpr(8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,6 +112,8 @@ def _pipelined_blocks(
     v_ready,
     kv_empty,
     turns,
+    kv_base,
+    turn_parity,
     lo,
     hi,
     qk_scale,
@@ -122,25 +132,35 @@ def _pipelined_blocks(
     """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
     P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
 
+    ``kv_base``: how many key blocks this program consumed before this tile (persistent
+    programs run several tiles through one ring).
+
     Carried in: acc (BLOCK_M, HEAD_DIM) fp32 = sum over blocks < j-1, not yet rescaled by
     alpha (the factor block j-1's softmax produced); p_op = P_{j-1} as the wgmma A operand.
 
     PINGPONG (two consumers): the warpgroups take turns to issue their two wgmmas (the
     ``turns`` mbarriers), so that one's softmax runs while the other's matmuls hold the tensor
-    cores (FlashAttention-3's inter-warpgroup schedule). Both run the same number of
-    iterations, so the k-th wait on a turn barrier is for its k-th completion (parity k & 1;
-    consumer 0's barrier was completed once before the loop to let it start).
+    cores (FlashAttention-3's inter-warpgroup schedule). Both run the same tiles and so the
+    same number of iterations, so the k-th wait on a turn barrier is for its k-th completion
+    (parity k & 1; consumer 0's barrier was completed once before the first tile to let it
+    start).
     """
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     for j in range(lo, hi):
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        # g: the block's number in this program's stream of key blocks (over all its tiles),
+        # which fixes its ring slot and the phase of that slot's barriers.
+        g = kv_base + j
+        slot = g % STAGES
+        prev = (g - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
         acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         if PINGPONG:
-            mbarrier.wait(turns.index(CONSUMER), (j - 1) & 1)
+            # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
+            # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
+            # whose parity is turn_parity ^ ((j - 1) & 1).
+            mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
         qk = warpgroup_mma(
             q_smem,
             k_smem.index(slot).permute((1, 0)),
@@ -169,11 +189,13 @@ def _consumer(
     k_smem,
     v_smem,
     q_bar,
+    q_empty,
     k_ready,
     v_ready,
     kv_empty,
     turns,
     desc_o,
+    Out,
     LSE,
     o_row,
     lse_row,
@@ -181,6 +203,8 @@ def _consumer(
     n_q,
     n_k,
     n_blocks,
+    kv_base,
+    q_phase,
     qk_scale,
     CAUSAL: gl.constexpr,
     BLOCK_M: gl.constexpr,
@@ -189,10 +213,16 @@ def _consumer(
     STAGES: gl.constexpr,
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):
-    """One warpgroup: BLOCK_M query rows starting at ``start_m`` against key blocks
-    ``0 .. n_blocks-1``; writes O (through ``q_smem``, free once the last score is computed)
-    and the base-2 log-sum-exp."""
+    """One warpgroup, one tile: BLOCK_M query rows starting at ``start_m`` against key blocks
+    ``0 .. n_blocks-1`` (blocks ``kv_base ..`` of the program's stream through the ring);
+    writes O and the base-2 log-sum-exp.
+
+    Not persistent: O leaves through ``q_smem`` (free once the last score is computed) and a
+    TMA store. Persistent: ``q_smem`` is released (``q_empty``) as soon as the last score
+    wgmma is done, so that the producer loads the next tile's Q while this one finishes, and O
+    is stored from registers."""
     # Accumulator layouts: the warpgroup's 4 warps split the rows; the instruction's N is the
     # whole tile width (one wgmma per 16-deep K step).
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -213,15 +243,17 @@ def _consumer(
     # Causal: blocks wholly left of the diagonal for this warpgroup's first row need no mask.
     n_full = gl.minimum((start_m + causal_shift + 1) // BLOCK_N, n_blocks) if CAUSAL else n_blocks
 
-    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(q_bar, q_phase)
+    # q_phase is the parity of the tiles this program ran before; see _pipelined_blocks.
+    turn_parity = (kv_base & 1) ^ q_phase
     # Block 0 alone: its scores, its softmax (masked: in a causal kernel it may straddle the
     # diagonal; the mask is harmless elsewhere).
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-    mbarrier.wait(k_ready.index(0), 0)
+    mbarrier.wait(k_ready.index(kv_base % STAGES), (kv_base // STAGES) & 1)
     qk = warpgroup_mma(
         q_smem,
-        k_smem.index(0).permute((1, 0)),
+        k_smem.index(kv_base % STAGES).permute((1, 0)),
         gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
         use_acc=False,
         is_async=True,
@@ -233,17 +265,20 @@ def _consumer(
 
     acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
+        kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
     )  # fmt: skip
     acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
+        kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER, PINGPONG,
     )  # fmt: skip
+    if PERSISTENT:
+        # Every score wgmma of this tile has completed (waited for above): Q's slot is free.
+        mbarrier.arrive(q_empty, count=1)
 
     # The last block's P @ V.
-    last = n_blocks - 1
+    last = kv_base + n_blocks - 1
     slot = last % STAGES
     acc = acc * gl.convert_layout(alpha, row_o)[:, None]
     mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
@@ -255,46 +290,119 @@ def _consumer(
     acc = acc / gl.convert_layout(l_i, row_o)[:, None]
     lse = m_i + gl.log2(l_i)  # base 2, as kernel.py's backward reads it
     gl.store(LSE + lse_row + gl.arange(0, BLOCK_M, layout=row_s), lse)
-    # Q's tile is dead (every wgmma reading it has completed): it holds O on its way out.
-    q_smem.store(acc.to(q_smem.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(desc_o, [o_row, 0], q_smem)
-    tma.store_wait(pendings=0)
+    if PERSISTENT:
+        # Straight from the accumulator's registers: Q's slot already holds the next tile.
+        rows = gl.arange(0, BLOCK_M, layout=row_o)
+        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        base = Out + o_row.to(gl.int64) * HEAD_DIM
+        gl.store(base + (rows[:, None] * HEAD_DIM + dims[None, :]), acc.to(q_smem.dtype))
+    else:
+        # Q's tile is dead (every wgmma reading it has completed): it holds O on its way out.
+        q_smem.store(acc.to(q_smem.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(desc_o, [o_row, 0], q_smem)
+        tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _tile(
+    tile,
+    num_m,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    n_bh,
+    CAUSAL: gl.constexpr,
+    TILE_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    PERSISTENT: gl.constexpr,
+):
+    """Tile number -> (first Q row in the flat (B*H*Nq, D) view, first query index in the
+    sequence, first K/V row in the flat (B*Hkv*Nk, D) view, key blocks to visit). Causal tiles
+    are numbered longest first, so the last tiles to start are short ones.
+
+    One tile per program: the tiles of one head are consecutive, so the programs running at
+    the same time share K/V through L2. Persistent: heads go in groups of GROUP_HEADS, inside
+    which the query block is the slow index. Program p runs tiles p, p + P, p + 2P, ...; had
+    each head's tiles been consecutive, P (the SM count, 132) modulo the tiles per head would
+    give program p only some query blocks (the short causal ones, say) and its neighbour
+    others. Across a group the block index changes every GROUP_HEADS tiles, so every program
+    samples all of them, and the ~P tiles in flight still read only a few heads' K/V."""
+    if PERSISTENT:
+        group = tile // (GROUP_HEADS * num_m)
+        heads = gl.minimum(n_bh - group * GROUP_HEADS, GROUP_HEADS)
+        u = tile - group * (GROUP_HEADS * num_m)
+        bh = group * GROUP_HEADS + u % heads
+        pid_m = u // heads
+    else:
+        bh = tile // num_m  # b * H + h
+        pid_m = tile % num_m
+    if CAUSAL:
+        pid_m = num_m - 1 - pid_m
+    b = bh // num_heads
+    hkv = (bh % num_heads) // group_size
+    start_m0 = pid_m * TILE_M
+    q_row0 = bh * n_q + start_m0
+    kv_row0 = (b * (num_heads // group_size) + hkv) * n_k
+    if CAUSAL:
+        # Keys up to the last row's diagonal: query i sees key j iff j <= i + (Nk - Nq).
+        n_blocks = gl.cdiv(gl.minimum(start_m0 + TILE_M + n_k - n_q, n_k), BLOCK_N)
+    else:
+        n_blocks = n_k // BLOCK_N
+    return q_row0, start_m0, kv_row0, n_blocks
 
 
 @gluon.jit
 def _consumer_partition(
     desc_o,
+    Out,
     LSE,
     q_bufs,
     k_smem,
     v_smem,
     q_bars,
+    q_empty,
     k_ready,
     v_ready,
     kv_empty,
     turns,
-    q_row0,
-    start_m0,
+    first,
+    step,
+    n_tiles,
+    num_m,
     n_q,
     n_k,
-    n_blocks,
+    num_heads,
+    group_size,
     qk_scale,
     CAUSAL: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
+    NUM_CONSUMERS: gl.constexpr,
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):
-    """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of the program's tile."""
-    row = q_row0 + CONSUMER * BLOCK_M
-    _consumer(
-        q_bufs.index(CONSUMER), k_smem, v_smem, q_bars.index(CONSUMER), k_ready, v_ready,
-        kv_empty, turns, desc_o, LSE, row, row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k,
-        n_blocks, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG,
-    )  # fmt: skip
+    """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of each of the program's
+    tiles (``first``, ``first + step``, ...)."""
+    kv_base = 0
+    for tile in range(first, n_tiles, step):
+        it = (tile - first) // step  # this program's tile count so far
+        q_row0, start_m0, kv_row0, n_blocks = _tile(
+            tile, num_m, n_q, n_k, num_heads, group_size, n_tiles // num_m, CAUSAL,
+            NUM_CONSUMERS * BLOCK_M, BLOCK_N, PERSISTENT,
+        )  # fmt: skip
+        row = q_row0 + CONSUMER * BLOCK_M
+        _consumer(
+            q_bufs.index(CONSUMER), k_smem, v_smem, q_bars.index(CONSUMER),
+            q_empty.index(CONSUMER), k_ready, v_ready, kv_empty, turns, desc_o, Out, LSE, row,
+            row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks, kv_base, it & 1, qk_scale,
+            CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT,
+        )  # fmt: skip
+        kv_base += n_blocks
 
 
 @gluon.jit
@@ -306,34 +414,57 @@ def _loader(
     k_smem,
     v_smem,
     q_bars,
+    q_empty,
     k_ready,
     v_ready,
     kv_empty,
-    q_row0,
-    kv_row0,
-    n_blocks,
+    first,
+    step,
+    n_tiles,
+    num_m,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    CAUSAL: gl.constexpr,
     NUM_CONSUMERS: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):
-    """The producer warp: each consumer's Q tile, then K_j and V_j into slot j % STAGES once
-    every consumer has released that slot's previous contents."""
-    for c in gl.static_range(NUM_CONSUMERS):
-        mbarrier.expect(q_bars.index(c), desc_q.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            desc_q, [q_row0 + c * BLOCK_M, 0], q_bars.index(c), q_bufs.index(c)
-        )
-    for j in range(n_blocks):
-        slot = j % STAGES
-        # A fresh mbarrier counts as having completed the phase before phase 0: the first
-        # STAGES waits (parity 1) pass at once.
-        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
-        row = kv_row0 + j * BLOCK_N
-        mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-        tma.async_copy_global_to_shared(desc_k, [row, 0], k_ready.index(slot), k_smem.index(slot))
-        mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-        tma.async_copy_global_to_shared(desc_v, [row, 0], v_ready.index(slot), v_smem.index(slot))
+    """The producer warp: per tile, each consumer's Q once that consumer has released its Q
+    slot, then K_j and V_j into ring slot (g % STAGES), g counting the program's key blocks
+    over all its tiles, once every consumer has released that slot's previous contents."""
+    kv_base = 0
+    for tile in range(first, n_tiles, step):
+        it = (tile - first) // step  # this program's tile count so far
+        q_row0, start_m0, kv_row0, n_blocks = _tile(
+            tile, num_m, n_q, n_k, num_heads, group_size, n_tiles // num_m, CAUSAL,
+            NUM_CONSUMERS * BLOCK_M, BLOCK_N, PERSISTENT,
+        )  # fmt: skip
+        for c in gl.static_range(NUM_CONSUMERS):
+            # A fresh mbarrier counts as having completed the phase before phase 0: the first
+            # wait (parity 1) passes at once; so do the first STAGES waits on kv_empty below.
+            mbarrier.wait(q_empty.index(c), (it & 1) ^ 1)
+            mbarrier.expect(q_bars.index(c), desc_q.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                desc_q, [q_row0 + c * BLOCK_M, 0], q_bars.index(c), q_bufs.index(c)
+            )
+        for j in range(n_blocks):
+            g = kv_base + j
+            slot = g % STAGES
+            mbarrier.wait(kv_empty.index(slot), ((g // STAGES) & 1) ^ 1)
+            row = kv_row0 + j * BLOCK_N
+            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                desc_k, [row, 0], k_ready.index(slot), k_smem.index(slot)
+            )
+            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                desc_v, [row, 0], v_ready.index(slot), v_smem.index(slot)
+            )
+        kv_base += n_blocks
 
 
 @gluon.jit
@@ -342,12 +473,14 @@ def _attn_fwd_ws(
     desc_k,
     desc_v,
     desc_o,
+    Out,
     LSE,
     qk_scale,
     n_q,
     n_k,
     num_heads,
     group_size,
+    n_bh,
     CAUSAL: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
@@ -356,36 +489,33 @@ def _attn_fwd_ws(
     NUM_CONSUMERS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):
-    """Grid: (Nq / (NUM_CONSUMERS * BLOCK_M), B * H). desc_q/desc_o: (B*H*Nq, D) with
-    (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with (BLOCK_N, D) tiles; LSE: (B*H*Nq,)."""
+    """desc_q/desc_o: (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with
+    (BLOCK_N, D) tiles; Out: the same (B*H*Nq, D) as desc_o; LSE: (B*H*Nq,). A tile is
+    NUM_CONSUMERS * BLOCK_M query rows of one head; there are (Nq / tile) * n_bh of them.
+
+    Grid: (Nq / tile, B * H), one tile per program; or, PERSISTENT, (programs, 1) with
+    programs <= the SM count, each taking tiles ``pid, pid + programs, ...`` so that the next
+    tile's loads overlap the current one's last matmuls and stores."""
     TILE_M: gl.constexpr = NUM_CONSUMERS * BLOCK_M
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        # Later query tiles see more keys: start them first so the last wave is short.
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    bh = gl.program_id(1)  # b * H + h
-    b = bh // num_heads
-    hkv = (bh % num_heads) // group_size
-    start_m0 = pid_m * TILE_M
-    q_row0 = bh * n_q + start_m0
-    kv_row0 = (b * (num_heads // group_size) + hkv) * n_k
-    if CAUSAL:
-        # Keys up to the last row's diagonal: query i sees key j iff j <= i + (Nk - Nq).
-        n_blocks = gl.cdiv(gl.minimum(start_m0 + TILE_M + n_k - n_q, n_k), BLOCK_N)
-    else:
-        n_blocks = n_k // BLOCK_N
+    num_m = n_q // TILE_M
+    n_tiles = num_m * n_bh
+    first = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+    step = gl.num_programs(0) * gl.num_programs(1)
 
     dtype: gl.constexpr = desc_q.dtype
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_M, HEAD_DIM], desc_q.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
     q_bars = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(NUM_CONSUMERS):
         mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(q_empty.index(c), count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(v_ready.index(s), count=1)
@@ -405,25 +535,28 @@ def _attn_fwd_ws(
                 (
                     _consumer_partition,
                     (
-                        desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
-                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
-                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0, PINGPONG,
+                        desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
+                        v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
+                        num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT,
                     ),
                 ),
                 (
                     _consumer_partition,
                     (
-                        desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
-                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
-                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 1, PINGPONG,
+                        desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
+                        v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
+                        num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT,
                     ),
                 ),
                 (
                     _loader,
                     (
-                        desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, k_ready,
-                        v_ready, kv_empty, q_row0, kv_row0, n_blocks,
-                        NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                        desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, q_empty,
+                        k_ready, v_ready, kv_empty, first, step, n_tiles, num_m, n_q, n_k,
+                        num_heads, group_size, CAUSAL, NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                        PERSISTENT,
                     ),
                 ),
             ],
@@ -436,17 +569,19 @@ def _attn_fwd_ws(
                 (
                     _consumer_partition,
                     (
-                        desc_o, LSE, q_bufs, k_smem, v_smem, q_bars, k_ready, v_ready, kv_empty,
-                        turns, q_row0, start_m0, n_q, n_k, n_blocks, qk_scale,
-                        CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0, PINGPONG,
+                        desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
+                        v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
+                        num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT,
                     ),
                 ),
                 (
                     _loader,
                     (
-                        desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, k_ready,
-                        v_ready, kv_empty, q_row0, kv_row0, n_blocks,
-                        NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                        desc_q, desc_k, desc_v, q_bufs, k_smem, v_smem, q_bars, q_empty,
+                        k_ready, v_ready, kv_empty, first, step, n_tiles, num_m, n_q, n_k,
+                        num_heads, group_size, CAUSAL, NUM_CONSUMERS, BLOCK_M, BLOCK_N, STAGES,
+                        PERSISTENT,
                     ),
                 ),
             ],
@@ -468,6 +603,7 @@ class GluonConfig:
     stages: int  # key/value slots in the ring
     consumers: int  # consumer warpgroups per program (1 or 2)
     pingpong: bool = False  # two consumers take turns to issue their wgmmas
+    persistent: bool = False  # one program per SM, looping over tiles
 
     @property
     def tile_m(self) -> int:
@@ -482,17 +618,23 @@ class GluonConfig:
 # same-run sweeps on an H200 (docs/benchmarks/attention.md), which also timed and dropped
 # 2-slot rings and a single 128-row consumer; 128-row tiles with 128-key blocks spill. The
 # others stay, tested, as the alternatives measured: ping-pong ran -9% to +2% against letting
-# the two warpgroups interleave freely.
+# the two warpgroups interleave freely; persistent programs (with or without ping-pong) ran
+# 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b).
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(128, 64, 3, 2),
         GluonConfig(64, 128, 3, 2),
         GluonConfig(128, 64, 3, 2, pingpong=True),
+        GluonConfig(128, 64, 3, 2, persistent=True),
+        GluonConfig(64, 128, 3, 2, persistent=True),
+        GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
     ),
     128: (
         GluonConfig(64, 128, 3, 2),
         GluonConfig(64, 64, 4, 2),
         GluonConfig(64, 128, 3, 2, pingpong=True),
+        GluonConfig(64, 128, 3, 2, persistent=True),
+        GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
     ),
 }
 
@@ -537,6 +679,21 @@ def supports(
     return unsupported_reason(q, k, v, causal, config) is None
 
 
+@functools.cache
+def _layouts(block_m: int, block_n: int, d: int, dtype: torch.dtype) -> tuple[object, object]:
+    """The shared-memory layouts of the Q/O and K/V tiles (pure functions of the tiling)."""
+    gdtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    return (
+        gl.NVMMASharedLayout.get_default_for([block_m, d], gdtype),
+        gl.NVMMASharedLayout.get_default_for([block_n, d], gdtype),
+    )
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -550,25 +707,26 @@ def attention_forward(
     b, h, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     cfg = config or CONFIGS[d][0]
-    gdtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
     o = torch.empty_like(q)  # (B, H, Nq, D)
     lse = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)
-    q_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_m, d], gdtype)
-    kv_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gdtype)
-
-    def desc(t: torch.Tensor, rows: int, layout: gl.NVMMASharedLayout) -> TensorDescriptor:
-        flat = t.view(-1, d)  # (B*H*N, D)
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d], layout)
-
-    grid = (n_q // cfg.tile_m, b * h)
+    q_layout, kv_layout = _layouts(cfg.block_m, cfg.block_n, d, q.dtype)
+    q_rows, kv_rows = b * h * n_q, b * h_kv * n_k
+    # Contiguous inputs (``supports``): the flat (rows, D) views need no reshape.
+    desc_q = TensorDescriptor(q, [q_rows, d], [d, 1], [cfg.block_m, d], q_layout)
+    desc_k = TensorDescriptor(k, [kv_rows, d], [d, 1], [cfg.block_n, d], kv_layout)
+    desc_v = TensorDescriptor(v, [kv_rows, d], [d, 1], [cfg.block_n, d], kv_layout)
+    desc_o = TensorDescriptor(o, [q_rows, d], [d, 1], [cfg.block_m, d], q_layout)
+    num_m = n_q // cfg.tile_m
+    if cfg.persistent:
+        grid: tuple[int, int] = (min(num_m * b * h, _sm_count(q.device.index or 0)), 1)
+    else:
+        grid = (num_m, b * h)
     _attn_fwd_ws[grid](
-        desc(q, cfg.block_m, q_layout), desc(k, cfg.block_n, kv_layout),
-        desc(v, cfg.block_n, kv_layout), desc(o, cfg.block_m, q_layout), lse,
-        sm_scale * LOG2E,
-        n_q, n_k, h, h // h_kv,
+        desc_q, desc_k, desc_v, desc_o, o, lse, sm_scale * LOG2E, n_q, n_k, h, h // h_kv, b * h,
         CAUSAL=causal, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d,
         STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
         CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
+        PERSISTENT=cfg.persistent,
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
     )  # fmt: skip
     return o, lse

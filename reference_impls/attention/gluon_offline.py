@@ -70,12 +70,14 @@ def compile_forward(
         "desc_k": desc(config.block_n),
         "desc_v": desc(config.block_n),
         "desc_o": desc(config.block_m),
+        "Out": torch.empty(ROWS, head_dim, dtype=dtype),
         "LSE": torch.empty(ROWS, dtype=torch.float32),
         "qk_scale": 0.1,
         "n_q": 1024,
         "n_k": 1024,
         "num_heads": 16,
         "group_size": 1,
+        "n_bh": 4,
     }
     constants = {
         "CAUSAL": causal,
@@ -86,6 +88,7 @@ def compile_forward(
         "NUM_CONSUMERS": config.consumers,
         "CONSUMER_REGS": gluon_fwd.CONSUMER_REGS[config.consumers],
         "PINGPONG": config.pingpong,
+        "PERSISTENT": config.persistent,
     }
     fn = gluon_fwd._attn_fwd_ws
     signature = {}

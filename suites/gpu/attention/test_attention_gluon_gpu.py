@@ -132,3 +132,24 @@ def test_shapes_the_gluon_kernel_does_not_cover_fall_back_to_triton(attn):
         assert_equal(auto, attn.attention(q, k, v, causal=causal, forward="triton"), bitwise=True)
         with pytest.raises(ValueError, match="forward='gluon' cannot run this call"):
             attn.attention(q, k, v, causal=causal, forward="gluon")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_persistent_programs_cover_every_tile_once(gluon_fwd, attn, causal):
+    # More tiles than SMs, in a count no grid divides evenly (3 * 6 heads * 16 tiles = 288 over
+    # 132 SMs on an H200), with grouped-query heads: each program runs tiles of several heads
+    # through one ring, so a wrong ring phase, Q hand-over or tile number shows up as a wrong
+    # row somewhere. Every persistent tiling of both head dims.
+    for d in (64, 128):
+        for cfg in (c for c in gluon_fwd.CONFIGS[d] if c.persistent):
+            q, k, v = _inputs((3, 6, 2, 2048, 2048, d, causal), torch.bfloat16, seed=d)
+            assert gluon_fwd.supports(q, k, v, causal, cfg)
+            o, lse = gluon_fwd.attention_forward(q, k, v, causal, 1 / math.sqrt(d), config=cfg)
+            ref = attn.reference_attention(q.double(), k.double(), v.double(), causal=causal)
+            # Row by row: a tile computed twice or never would leave some rows far off while
+            # the norm over the whole tensor stayed small. One row's bf16 rounding error is of
+            # the whole tensor's size (~2e-3); twice the suite's bf16 tolerance covers the
+            # worst of 37k rows and is still far below a wrong row's (~1).
+            err = (o.double() - ref).norm(dim=-1) / ref.norm(dim=-1)
+            assert err.max().item() <= 2 * FWD_TOL[torch.bfloat16], (cfg, err.max().item())
+            assert torch.isfinite(lse).all(), cfg
