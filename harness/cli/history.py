@@ -152,11 +152,10 @@ def flaky(
     except (q.QuarantineError, OSError) as exc:
         raise UsageProblem(str(exc)) from None
     with _open(db) as store:
-        observed = store.observations(window)
-        scores = sorted(
-            (sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items()),
-            key=sc.Score.sort_key,
-        )
+        # Scored from counts aggregated in SQL where a test's counts decide it (it did not
+        # fail in the window), from its outcomes otherwise: the same scores, without reading
+        # every outcome of every run (Store.scores).
+        scores = sorted(store.scores(window, min_runs=min_runs), key=sc.Score.sort_key)
         quarantined = {s.nodeid: e for s in scores if (e := q.find(entries, s.nodeid))}
         full = store.observations(None, tests=quarantined) if quarantined else {}
         runs = store.run_count()

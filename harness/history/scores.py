@@ -36,6 +36,7 @@ __all__ = [
     "consecutive_passes",
     "required_passes",
     "score",
+    "score_without_failures",
     "unquarantine_due",
 ]
 
@@ -143,6 +144,20 @@ def unquarantine_due(
     return streak >= needed, streak, needed, p
 
 
+def score_without_failures(nodeid: str, strip: str, *, min_runs: int = DEFAULT_MIN_RUNS) -> Score:
+    """The score of a test that did not fail in the window, from its outcome ``strip`` alone
+    (P and s only): what :func:`score` answers for such a history, without its observations.
+    The store scores most tests this way from counts it aggregates in SQL."""
+    if "F" in strip:
+        raise HistoryError(f"{nodeid}: the strip {strip!r} holds a failure; use score()")
+    n = strip.count("P")
+    if n >= min_runs:
+        note = f"failed 0 of {n} runs; failure rate below {3 / n:.1%} at 95%"
+        return Score(nodeid, Verdict.HEALTHY, n, 0, 0, 0, 0, [], n, [note], strip)
+    note = f"only {n} run(s) with an outcome; {min_runs} needed to call it healthy"
+    return Score(nodeid, Verdict.INSUFFICIENT, n, 0, 0, 0, 0, [], n, [note], strip)
+
+
 def score(
     nodeid: str, history: Sequence[Observation], *, min_runs: int = DEFAULT_MIN_RUNS
 ) -> Score:
@@ -154,11 +169,7 @@ def score(
     n, f = len(judged), len(fails)
     if not fails:
         # Most tests never fail: answered without the seed, tree and runner bookkeeping.
-        if n >= min_runs:
-            note = f"failed 0 of {n} runs; failure rate below {3 / n:.1%} at 95%"
-            return Score(nodeid, Verdict.HEALTHY, n, 0, 0, 0, 0, [], n, [note], strip)
-        note = f"only {n} run(s) with an outcome; {min_runs} needed to call it healthy"
-        return Score(nodeid, Verdict.INSUFFICIENT, n, 0, 0, 0, 0, [], n, [note], strip)
+        return score_without_failures(nodeid, strip, min_runs=min_runs)
     flips = sum(a.verdict is not b.verdict for a, b in zip(judged, judged[1:], strict=False))
 
     by_tree: dict[str, set[Outcome]] = defaultdict(set)

@@ -16,7 +16,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.history.records import HistoryError, Observation, RunRecord
+from harness.history import scores as sc
+from harness.history.records import (
+    FAIL_OUTCOMES,
+    PASS_OUTCOMES,
+    HistoryError,
+    Observation,
+    RunRecord,
+)
+from harness.history.scores import DEFAULT_MIN_RUNS, Score
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -259,6 +267,56 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(Run)).scalar_one())
 
+    def _window(self, conn: Any, window: int | None) -> dict[int, tuple[Any, ...]]:
+        """The runs of the last ``window`` (all when None), newest first, by id."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Run
+
+        runs_q = sa.select(
+            Run.id, Run.started_at, Run.tree, Run.commit, Run.runner, Run.seed
+        ).order_by(Run.started_at.desc(), Run.id.desc())
+        if window is not None:
+            runs_q = runs_q.limit(window)
+        return {row[0]: tuple(row) for row in conn.execute(runs_q)}
+
+    @staticmethod
+    def _read(
+        conn: Any,
+        runs: dict[int, tuple[Any, ...]],
+        names: dict[int, str],
+        by_test: bool,
+    ) -> dict[str, list[Observation]]:
+        """The outcomes in ``runs`` of the tests in ``names``, oldest first per test: read per
+        test (``by_test``: a few tests, through the (test_id, run_id) index) or per run."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Result
+
+        out: dict[str, list[Observation]] = defaultdict(list)
+        # Columns, not ORM objects, and run details joined here rather than in SQL: a
+        # window is ~100,000 results, and per-row overhead would cost more than the query.
+        cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
+        if by_test:
+            queries = [sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))]
+        else:
+            # One query per run, oldest first: each test's list comes out in order, with
+            # no sort, and each query reads one contiguous key range.
+            queries = [sa.select(*cols).where(Result.run_id == r) for r in reversed(runs)]
+        for q in queries:
+            for test_id, run_id, outcome, seed, duration in conn.execute(q).all():
+                run = runs.get(run_id)
+                name = names.get(test_id)
+                if run is None or name is None:
+                    continue
+                out[name].append(
+                    Observation(
+                        run_id, run[1], outcome, seed, run[2], run[3], run[4], duration, run[5]
+                    )
+                )
+        if by_test:
+            for obs in out.values():
+                obs.sort(key=lambda o: (o.started_at, o.run_id))
+        return dict(out)
+
     def observations(
         self, window: int | None = None, tests: Iterable[str] | None = None
     ) -> dict[str, list[Observation]]:
@@ -267,20 +325,12 @@ class Store:
         if window is not None and window < 1:
             raise HistoryError(f"window must be at least 1 run, got {window}")
         sa = _sqlalchemy()
-        from harness.history.schema import Result, Run, Test
+        from harness.history.schema import Test
 
-        runs_q = sa.select(
-            Run.id, Run.started_at, Run.tree, Run.commit, Run.runner, Run.seed
-        ).order_by(Run.started_at.desc(), Run.id.desc())
-        if window is not None:
-            runs_q = runs_q.limit(window)
-        out: dict[str, list[Observation]] = defaultdict(list)
         with self.engine.connect() as conn:
-            runs = {row[0]: tuple(row) for row in conn.execute(runs_q)}
+            runs = self._window(conn, window)
             if not runs:
                 return {}
-            # Columns, not ORM objects, and run details joined here rather than in SQL: a
-            # window is ~100,000 results, and per-row overhead would cost more than the query.
             if tests is None:
                 names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
             else:
@@ -291,26 +341,50 @@ class Store:
                             sa.select(Test.id, Test.nodeid).where(Test.nodeid.in_(chunk))
                         ).all()
                     )
-            cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
-            if tests is not None:
-                queries = [
-                    sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))
-                ]
-            else:
-                # One query per run, oldest first: each test's list comes out in order, with
-                # no sort, and each query reads one contiguous key range.
-                queries = [sa.select(*cols).where(Result.run_id == r) for r in reversed(runs)]
-            for q in queries:
-                for test_id, run_id, outcome, seed, duration in conn.execute(q).all():
-                    run = runs.get(run_id)
-                    if run is None:
-                        continue
-                    out[names[test_id]].append(
-                        Observation(
-                            run_id, run[1], outcome, seed, run[2], run[3], run[4], duration, run[5]
-                        )
-                    )
-        if tests is not None:
-            for obs in out.values():
-                obs.sort(key=lambda o: (o.started_at, o.run_id))
-        return dict(out)
+            return self._read(conn, runs, names, by_test=tests is not None)
+
+    def scores(self, window: int | None = None, *, min_runs: int = DEFAULT_MIN_RUNS) -> list[Score]:
+        """Every test's score over the last ``window`` runs (all when None), in no order.
+
+        What :func:`~harness.history.scores.score` gives on :meth:`observations`, without
+        reading every outcome: one GROUP BY counts each test's results, failures and passes
+        in the window (through an index that holds all three columns), and only the tests
+        with a failure, or with both passes and skips, have their outcomes read and scored
+        one by one. A test that only passed or only skipped is scored from its counts.
+        """
+        if window is not None and window < 1:
+            raise HistoryError(f"window must be at least 1 run, got {window}")
+        sa = _sqlalchemy()
+        from harness.history.schema import Result, Run, Test
+
+        fail = sa.case((Result.outcome.in_(sorted(FAIL_OUTCOMES)), 1), else_=0)
+        passed = sa.case((Result.outcome.in_(sorted(PASS_OUTCOMES)), 1), else_=0)
+        counts_q = sa.select(
+            Result.test_id, sa.func.count(), sa.func.sum(fail), sa.func.sum(passed)
+        ).group_by(Result.test_id)
+        with self.engine.connect() as conn:
+            runs = self._window(conn, window)
+            if not runs:
+                return []
+            total_runs = conn.execute(sa.select(sa.func.count()).select_from(Run)).scalar_one()
+            if len(runs) < total_runs:
+                recent = (
+                    sa.select(Run.id)
+                    .order_by(Run.started_at.desc(), Run.id.desc())
+                    .limit(len(runs))
+                    .scalar_subquery()
+                )
+                counts_q = counts_q.where(Result.run_id.in_(recent))
+            names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
+            out: list[Score] = []
+            mixed: dict[int, str] = {}
+            for test_id, total, fails, passes in conn.execute(counts_q):
+                nodeid = names[test_id]
+                if fails == 0 and passes in (0, total):
+                    strip = ("P" if passes else "s") * total
+                    out.append(sc.score_without_failures(nodeid, strip, min_runs=min_runs))
+                else:
+                    mixed[test_id] = nodeid
+            observed = self._read(conn, runs, mixed, by_test=True)
+        out.extend(sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items())
+        return out
