@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["HEAD", "Store", "normalize_url", "open_store", "safe_url"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-HEAD = "0001"
+HEAD = "0002"
 """The newest migration's revision (a test checks it against the scripts)."""
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 _CHUNK = 500  # bound parameters per IN (...): under every backend's limit
@@ -225,7 +225,40 @@ class Store:
             ]
             if rows:
                 conn.execute(sa.insert(Result), rows)
+                self._add_to_summaries(conn, rows)
         return True
+
+    @staticmethod
+    def _add_to_summaries(conn: Any, rows: list[dict[str, Any]]) -> None:
+        """Add one run's results to the per-test counts (in the caller's transaction)."""
+        from harness.history.schema import TestSummary
+
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        statement = insert(TestSummary)
+        # An upsert: two PostgreSQL appenders meeting a new test both add to one row.
+        statement = statement.on_conflict_do_update(
+            index_elements=["test_id"],
+            set_={
+                "results": TestSummary.results + statement.excluded.results,
+                "passes": TestSummary.passes + statement.excluded.passes,
+                "failures": TestSummary.failures + statement.excluded.failures,
+            },
+        )
+        conn.execute(
+            statement,
+            [
+                {
+                    "test_id": r["test_id"],
+                    "results": 1,
+                    "passes": int(r["outcome"] in PASS_OUTCOMES),
+                    "failures": int(r["outcome"] in FAIL_OUTCOMES),
+                }
+                for r in rows
+            ],
+        )
 
     @staticmethod
     def _test_ids(conn: Any, nodeids: list[str]) -> dict[str, int]:
@@ -285,6 +318,7 @@ class Store:
         runs: dict[int, tuple[Any, ...]],
         names: dict[int, str],
         by_test: bool,
+        within: Any = None,
     ) -> dict[str, list[Observation]]:
         """The outcomes in ``runs`` of the tests in ``names``, oldest first per test: read per
         test (``by_test``: a few tests, through the (test_id, run_id) index) or per run."""
@@ -297,6 +331,8 @@ class Store:
         cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
         if by_test:
             queries = [sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))]
+            if within is not None:  # the window's runs only (a subquery of run ids)
+                queries = [q.where(Result.run_id.in_(within)) for q in queries]
         else:
             # One query per run, oldest first: each test's list comes out in order, with
             # no sort, and each query reads one contiguous key range.
@@ -347,44 +383,79 @@ class Store:
         """Every test's score over the last ``window`` runs (all when None), in no order.
 
         What :func:`~harness.history.scores.score` gives on :meth:`observations`, without
-        reading every outcome: one GROUP BY counts each test's results, failures and passes
-        in the window (through an index that holds all three columns), and only the tests
-        with a failure, or with both passes and skips, have their outcomes read and scored
-        one by one. A test that only passed or only skipped is scored from its counts.
+        reading every outcome. Each test's results, passes and failures in the window come
+        from whichever reads fewer results: the summaries alone (the window is the whole
+        history), the window's own results counted in SQL (it is at most half of the
+        history), or the summaries minus the counts of the runs before the window. Only the
+        tests that failed in the window, or both passed and skipped, have their outcomes
+        read (through the covering index) and scored one by one; a test that only passed or
+        only skipped is scored from its counts.
         """
         if window is not None and window < 1:
             raise HistoryError(f"window must be at least 1 run, got {window}")
         sa = _sqlalchemy()
-        from harness.history.schema import Result, Run, Test
+        from harness.history.schema import Run, Test, TestSummary
 
-        fail = sa.case((Result.outcome.in_(sorted(FAIL_OUTCOMES)), 1), else_=0)
-        passed = sa.case((Result.outcome.in_(sorted(PASS_OUTCOMES)), 1), else_=0)
-        counts_q = sa.select(
-            Result.test_id, sa.func.count(), sa.func.sum(fail), sa.func.sum(passed)
-        ).group_by(Result.test_id)
         with self.engine.connect() as conn:
             runs = self._window(conn, window)
             if not runs:
                 return []
             total_runs = conn.execute(sa.select(sa.func.count()).select_from(Run)).scalar_one()
-            if len(runs) < total_runs:
-                recent = (
-                    sa.select(Run.id)
-                    .order_by(Run.started_at.desc(), Run.id.desc())
-                    .limit(len(runs))
-                    .scalar_subquery()
+            inside, outside = len(runs), total_runs - len(runs)
+            counts: dict[int, list[int]] = {}
+            if inside <= outside:
+                counts = self._counts(conn, newest=True, limit=inside)
+            else:
+                summary = sa.select(
+                    TestSummary.test_id,
+                    TestSummary.results,
+                    TestSummary.passes,
+                    TestSummary.failures,
                 )
-                counts_q = counts_q.where(Result.run_id.in_(recent))
+                counts = {t: [n, p, f] for t, n, p, f in conn.execute(summary)}
+                if outside:
+                    for test_id, (n, p, f) in self._counts(
+                        conn, newest=False, limit=outside
+                    ).items():
+                        have = counts[test_id]
+                        counts[test_id] = [have[0] - n, have[1] - p, have[2] - f]
             names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
             out: list[Score] = []
             mixed: dict[int, str] = {}
-            for test_id, total, fails, passes in conn.execute(counts_q):
+            for test_id, (total, passes, fails) in counts.items():
+                if total == 0:
+                    continue  # not in any run of the window
                 nodeid = names[test_id]
                 if fails == 0 and passes in (0, total):
                     strip = ("P" if passes else "s") * total
                     out.append(sc.score_without_failures(nodeid, strip, min_runs=min_runs))
                 else:
                     mixed[test_id] = nodeid
-            observed = self._read(conn, runs, mixed, by_test=True)
+            recent = None
+            if outside:
+                recent = (
+                    sa.select(Run.id)
+                    .order_by(Run.started_at.desc(), Run.id.desc())
+                    .limit(inside)
+                    .scalar_subquery()
+                )
+            observed = self._read(conn, runs, mixed, by_test=True, within=recent)
         out.extend(sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items())
         return out
+
+    @staticmethod
+    def _counts(conn: Any, *, newest: bool, limit: int) -> dict[int, list[int]]:
+        """Per test id: [results, passes, failures] in the ``limit`` newest (or oldest) runs."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Result, Run
+
+        order = (Run.started_at.desc(), Run.id.desc()) if newest else (Run.started_at, Run.id)
+        ids = sa.select(Run.id).order_by(*order).limit(limit).scalar_subquery()
+        fail = sa.case((Result.outcome.in_(sorted(FAIL_OUTCOMES)), 1), else_=0)
+        passed = sa.case((Result.outcome.in_(sorted(PASS_OUTCOMES)), 1), else_=0)
+        query = (
+            sa.select(Result.test_id, sa.func.count(), sa.func.sum(passed), sa.func.sum(fail))
+            .where(Result.run_id.in_(ids))
+            .group_by(Result.test_id)
+        )
+        return {t: [n, p, f] for t, n, p, f in conn.execute(query)}

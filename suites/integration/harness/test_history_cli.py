@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.history import ENV_VAR, record_run
+from harness.history import scores as sc
 from harness.history.records import RunRecord, TestResult
 from harness.history.store import HEAD, head_revision, normalize_url, open_store
 
@@ -321,3 +322,28 @@ def test_the_store_round_trips_runs_through_postgresql_beside_another_alembic_pr
         other.dispose()
     assert seen[0] == seen[1]
     assert seen[0]["t.py::y"][0] == ("failed", 2**62, "t1", "cpu-1", 0.1)
+
+
+def test_summaries_and_scores_on_postgresql_match_sqlite_and_survive_the_migration(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Store.scores (summaries upserted at append time, counts in SQL) on the real
+    PostgreSQL: the same scores as on SQLite for the same runs, and revision 0002 recomputes
+    the summaries a downgrade dropped."""
+    import random
+
+    from test_history_store import _history, check_summaries_survive_a_downgrade_and_upgrade
+
+    records = _history(random.Random(9), 16, 24)
+    got = []
+    for url in (pg_url, str(tmp_path / "h.db")):
+        with open_store(url) as store:
+            for record in records:
+                store.append(record)
+            for window in (4, 12, None):
+                want = {n: sc.score(n, o) for n, o in store.observations(window).items()}
+                mine = {s.nodeid: s for s in store.scores(window)}
+                assert mine == want, (url, window)
+            got.append(sorted((s.nodeid, s.verdict, s.strip) for s in store.scores(16)))
+            check_summaries_survive_a_downgrade_and_upgrade(store)
+    assert got[0] and got[0] == got[1]

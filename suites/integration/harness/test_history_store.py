@@ -9,14 +9,28 @@ newest ids); windows shorter and longer than the history.
 
 from __future__ import annotations
 
+import importlib
 import random
 from pathlib import Path
 
 import pytest
 
 from harness.history import scores as sc
-from harness.history.records import HistoryError, RunRecord, TestResult
-from harness.history.store import open_store
+from harness.history.records import (
+    FAIL_OUTCOMES,
+    PASS_OUTCOMES,
+    HistoryError,
+    RunRecord,
+    TestResult,
+)
+from harness.history.store import (
+    HEAD,
+    Store,
+    _alembic_config,
+    _current_revision,
+    migrate,
+    open_store,
+)
 
 OUTCOMES = ("passed", "failed", "skipped", "error", "xfailed", "quarantined")
 
@@ -70,7 +84,7 @@ def test_scores_from_sql_counts_equal_the_scores_of_every_observation(
     with open_store(tmp_path / "h.db") as store:
         for record in _history(rng, runs, 60):
             assert store.append(record)
-        for window in (1, 3, 12, runs - 1, runs, runs + 10, None):
+        for window in (1, 3, 12, 25, runs - 1, runs, runs + 10, None):
             for min_runs in (1, 10):
                 expected = {
                     n: sc.score(n, obs, min_runs=min_runs)
@@ -90,3 +104,60 @@ def test_scores_of_an_empty_history_are_none_and_a_bad_window_is_refused(tmp_pat
         assert store.scores(50) == []
         with pytest.raises(HistoryError, match="window must be at least 1 run, got 0"):
             store.scores(0)
+
+
+def summaries(store: Store) -> dict[int, tuple[int, int, int]]:
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT test_id, results, passes, failures FROM test_summaries"
+        ).all()
+    return {t: (n, p, f) for t, n, p, f in rows}
+
+
+def check_summaries_survive_a_downgrade_and_upgrade(store: Store) -> None:
+    """The summaries kept at append time equal the ones revision 0002 computes from the
+    results already there (downgrade to 0001 drops them; the upgrade recomputes them)."""
+    from alembic import command
+
+    kept = summaries(store)
+    observed = store.observations(None)
+    # What the summaries must say, from every outcome (kept by append, recomputed below).
+    names = {n: i for i, n in _ids(store).items()}
+    expected = {
+        names[n]: (
+            len(obs),
+            sum(o.outcome in PASS_OUTCOMES for o in obs),
+            sum(o.outcome in FAIL_OUTCOMES for o in obs),
+        )
+        for n, obs in observed.items()
+    }
+    assert kept == expected
+    cfg = _alembic_config()
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0001")
+    assert _current_revision(store.engine) == "0001"
+    migrate(store.engine)
+    assert _current_revision(store.engine) == HEAD
+    assert summaries(store) == expected
+
+
+def _ids(store: Store) -> dict[int, str]:
+    with store.engine.connect() as conn:
+        return dict(conn.exec_driver_sql("SELECT id, nodeid FROM tests").all())
+
+
+def test_the_summaries_migration_counts_the_runs_already_there(tmp_path: Path) -> None:
+    with open_store(tmp_path / "h.db") as store:
+        for record in _history(random.Random(4), 12, 30):
+            store.append(record)
+        check_summaries_survive_a_downgrade_and_upgrade(store)
+
+
+def test_the_migrations_outcome_classes_are_the_records_ones() -> None:
+    # 0002 spells the classes out in SQL (a migration must not change meaning later); when
+    # records.py changes them, a new revision recomputes the summaries.
+    rev = importlib.import_module("harness.history.migrations.versions.0002_test_summaries")
+
+    assert str(tuple(sorted(FAIL_OUTCOMES))) == rev.FAIL
+    assert str(tuple(sorted(PASS_OUTCOMES))) == rev.PASS
