@@ -170,17 +170,19 @@ def score(
     if not fails:
         # Most tests never fail: answered without the seed, tree and runner bookkeeping.
         return score_without_failures(nodeid, strip, min_runs=min_runs)
-    flips = sum(a.verdict is not b.verdict for a, b in zip(judged, judged[1:], strict=False))
+    # The judged outcomes' kinds, in order (each observation's verdict looked up once).
+    jk = [k for k in kinds if k is not Outcome.SKIP]
+    flips = sum(a is not b for a, b in zip(jk, jk[1:], strict=False))
 
     by_tree: dict[str, set[Outcome]] = defaultdict(set)
     by_seed_tree: dict[tuple[int, str | None], set[Outcome]] = defaultdict(set)
     seed_outcomes: dict[int, Counter[Outcome]] = defaultdict(Counter)
-    for o in judged:
+    for o, k in zip(judged, jk, strict=True):
         if o.tree is not None:
-            by_tree[o.tree].add(o.verdict)
+            by_tree[o.tree].add(k)
         if o.seed is not None:
-            by_seed_tree[(o.seed, o.tree)].add(o.verdict)
-            seed_outcomes[o.seed][o.verdict] += 1
+            by_seed_tree[(o.seed, o.tree)].add(k)
+            seed_outcomes[o.seed][k] += 1
     same_tree = sum(len(v) == 2 for v in by_tree.values())
     # A pass and a fail under one seed: on one tree, or on unknown trees (a dirty checkout).
     same_seed = sum(len(v) == 2 for v in by_seed_tree.values())
@@ -188,10 +190,11 @@ def score(
     recurring = [s for s in failing_seeds if seed_outcomes[s][Outcome.FAIL] >= 2]
     mixed_seeds = [s for s in failing_seeds if seed_outcomes[s][Outcome.PASS]]
 
-    streak = consecutive_passes(judged)
+    last_fail = n - 1 - jk[::-1].index(Outcome.FAIL)  # there is one: f > 0
+    streak = n - 1 - last_fail  # passes since the last failure
     tail_fails = 0
-    for o in reversed(judged):
-        if o.verdict is not Outcome.FAIL:
+    for k in reversed(jk):
+        if k is not Outcome.FAIL:
             break
         tail_fails += 1
 
@@ -239,8 +242,8 @@ def score(
         return done(Verdict.INSUFFICIENT)
 
     if tail_fails >= BROKEN_STREAK:
-        before = judged[: n - tail_fails]
-        rate = (sum(o.verdict is Outcome.FAIL for o in before) + 1) / (len(before) + 2)
+        before = jk[: n - tail_fails]
+        rate = (sum(k is Outcome.FAIL for k in before) + 1) / (len(before) + 2)
         if rate**tail_fails < BROKEN_CHANCE:
             evidence.append(
                 f"failed the last {tail_fails} runs in a row, since commit "
@@ -258,7 +261,7 @@ def score(
         return done(Verdict.INSUFFICIENT)
 
     # Failures in one block followed by passes only: it was broken, and a change fixed it.
-    first = judged.index(fails[0])
+    first = jk.index(Outcome.FAIL)
     if streak and f == n - first - streak and f >= BROKEN_STREAK and not same_seed:
         fixed_at = judged[n - streak]
         evidence.append(
