@@ -29,7 +29,7 @@ from harness.history.scores import DEFAULT_MIN_RUNS, Score
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-__all__ = ["HEAD", "Store", "normalize_url", "open_store", "safe_url"]
+__all__ = ["HEAD", "Store", "database_problem", "normalize_url", "open_store", "safe_url"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 HEAD = "0002"
@@ -141,16 +141,48 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-def open_store(url: str | os.PathLike[str]) -> Store:
-    """The history at ``url``, created or upgraded to the newest schema."""
+def database_problem(exc: BaseException) -> str:
+    """A driver's error in one line: its own message, without SQLAlchemy's wrapping (the
+    statement, the parameters, a link)."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:
+    """The history at ``url``, created (unless ``create`` is false: then a SQLite file that
+    does not exist is refused) or upgraded to the newest schema."""
     full = normalize_url(url)
+    if not create and full.startswith("sqlite:///"):
+        path = Path(full.removeprefix("sqlite:///"))
+        if path.is_dir():
+            raise HistoryError(f"history database {path} is a directory, not a SQLite file")
+        if not path.is_file():
+            raise HistoryError(
+                f"no history database at {path}: nothing has been appended to it (harness "
+                "run appends when HARNESS_HISTORY_DB names it; harness history import adds "
+                "reports)"
+            )
     sa = _sqlalchemy()
+    from alembic.util import CommandError
+
     engine = _engine(full)
     try:
         migrate(engine)
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
-        raise HistoryError(f"cannot open history database {safe_url(full)}: {exc}") from None
+        raise HistoryError(
+            f"cannot open history database {safe_url(full)}: {database_problem(exc)}"
+        ) from None
+    except CommandError as exc:
+        # A revision this harness does not ship: the database was made by a newer harness
+        # (or is another project's Alembic database).
+        engine.dispose()
+        raise HistoryError(
+            f"cannot open history database {safe_url(full)}: its schema is at revision "
+            f"{_current_revision(engine) or '?'}, which this harness does not know (its newest "
+            f"is {HEAD}): {exc}; upgrade ml-harness, or use another database"
+        ) from None
     return Store(engine)
 
 

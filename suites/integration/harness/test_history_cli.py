@@ -347,3 +347,49 @@ def test_summaries_and_scores_on_postgresql_match_sqlite_and_survive_the_migrati
             got.append(sorted((s.nodeid, s.verdict, s.strip) for s in store.scores(16)))
             check_summaries_survive_a_downgrade_and_upgrade(store)
     assert got[0] and got[0] == got[1]
+
+
+@pytest.mark.parametrize(
+    ("make", "command", "complaint"),
+    [
+        ("text", "flaky", "h.db: file is not a database"),
+        ("newer", "flaky", "its schema is at revision 9999, which this harness does not know"),
+        ("newer", "import", "its schema is at revision 9999, which this harness does not know"),
+        ("missing", "flaky", "no history database at {path}: nothing has been appended"),
+        ("missing", "page", "no history database at {path}: nothing has been appended"),
+        ("directory", "flaky", "history database {path} is a directory, not a SQLite file"),
+    ],
+)
+def test_a_database_that_cannot_be_read_is_refused_with_its_path_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: str, command: str, complaint: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "h.db"
+    if make == "text":
+        db.write_text("not a database, but long enough to be mistaken for a header\n" * 4)
+    elif make == "newer":  # a database a newer harness migrated past this one's revisions
+        open_store(db).close()
+        engine = sa.create_engine(normalize_url(db))
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE harness_history_version SET version_num = '9999'"))
+        engine.dispose()
+    elif make == "directory":
+        db.mkdir()
+    junit = tmp_path / "jest.xml"
+    junit.write_text(OTHER_TOOL_JUNIT)
+    args = {"flaky": ["flaky"], "page": ["page"], "import": ["import", str(junit)]}
+    code, out = _invoke("history", *args[command], "--db", str(db))
+    assert code == 2, out
+    assert complaint.format(path=db) in out
+    assert "Traceback" not in out and "sqlalche.me" not in out
+    if make == "missing":
+        assert not db.exists(), "a command that only reads created the database"
+
+
+def test_an_empty_history_says_so_instead_of_scoring_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    open_store(db).close()
+    code, out = _invoke("history", "flaky", "--db", str(db))
+    assert code == 0 and "the history holds no runs yet" in out, out
+    code, out = _invoke("history", "page", "--db", str(db), "--out", str(tmp_path / "p.html"))
+    assert code == 0 and "holds no runs yet: the page lists no test" in out, out
