@@ -25,7 +25,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from harness.history.records import HistoryError, Observation, Outcome
+from harness.history.records import _OUTCOME_OF, HistoryError, Observation, Outcome
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -162,7 +162,8 @@ def score(
     nodeid: str, history: Sequence[Observation], *, min_runs: int = DEFAULT_MIN_RUNS
 ) -> Score:
     """The scores and verdict of one test from its outcomes over a window, oldest first."""
-    kinds = [Outcome.of(o.outcome) for o in history]
+    kind_of, skip = _OUTCOME_OF.get, Outcome.SKIP  # Outcome.of, without a call per outcome
+    kinds = [kind_of(o.outcome, skip) for o in history]
     strip = "".join(_LETTER[k] for k in kinds)
     judged = [o for o, k in zip(history, kinds, strict=True) if k is not Outcome.SKIP]
     fails = [o for o, k in zip(history, kinds, strict=True) if k is Outcome.FAIL]
@@ -177,12 +178,12 @@ def score(
     by_tree: dict[str, set[Outcome]] = defaultdict(set)
     by_seed_tree: dict[tuple[int, str | None], set[Outcome]] = defaultdict(set)
     seed_outcomes: dict[int, Counter[Outcome]] = defaultdict(Counter)
-    for o, k in zip(judged, jk, strict=True):
+    for o, kind in zip(judged, jk, strict=True):
         if o.tree is not None:
-            by_tree[o.tree].add(k)
+            by_tree[o.tree].add(kind)
         if o.seed is not None:
-            by_seed_tree[(o.seed, o.tree)].add(k)
-            seed_outcomes[o.seed][k] += 1
+            by_seed_tree[(o.seed, o.tree)].add(kind)
+            seed_outcomes[o.seed][kind] += 1
     same_tree = sum(len(v) == 2 for v in by_tree.values())
     # A pass and a fail under one seed: on one tree, or on unknown trees (a dirty checkout).
     same_seed = sum(len(v) == 2 for v in by_seed_tree.values())
@@ -193,8 +194,8 @@ def score(
     last_fail = n - 1 - jk[::-1].index(Outcome.FAIL)  # there is one: f > 0
     streak = n - 1 - last_fail  # passes since the last failure
     tail_fails = 0
-    for k in reversed(jk):
-        if k is not Outcome.FAIL:
+    for kind in reversed(jk):
+        if kind is not Outcome.FAIL:
             break
         tail_fails += 1
 
@@ -243,7 +244,7 @@ def score(
 
     if tail_fails >= BROKEN_STREAK:
         before = jk[: n - tail_fails]
-        rate = (sum(k is Outcome.FAIL for k in before) + 1) / (len(before) + 2)
+        rate = (sum(kind is Outcome.FAIL for kind in before) + 1) / (len(before) + 2)
         if rate**tail_fails < BROKEN_CHANCE:
             evidence.append(
                 f"failed the last {tail_fails} runs in a row, since commit "
