@@ -287,7 +287,9 @@ class Store:
                     "passes": int(r["outcome"] in PASS_OUTCOMES),
                     "failures": int(r["outcome"] in FAIL_OUTCOMES),
                 }
-                for r in rows
+                # In test-id order: two PostgreSQL appenders lock the rows they update in the
+                # same order, so neither waits on the other in a cycle (a deadlock).
+                for r in sorted(rows, key=lambda r: int(r["test_id"]))
             ],
         )
 

@@ -393,3 +393,47 @@ def test_an_empty_history_says_so_instead_of_scoring_nothing(tmp_path: Path) -> 
     assert code == 0 and "the history holds no runs yet" in out, out
     code, out = _invoke("history", "page", "--db", str(db), "--out", str(tmp_path / "p.html"))
     assert code == 0 and "holds no runs yet: the page lists no test" in out, out
+
+
+def test_appenders_at_once_on_postgresql_lose_no_count(pg_url: str) -> None:
+    """Four threads append runs of the same new tests at once, each in its own order (one
+    reversed): every run is stored, no append fails (a deadlock or a duplicate key would),
+    and each test's summary counts every run."""
+    import random
+    import threading
+
+    from test_history_store import summaries
+
+    nodeids = [f"suites/unit/test_c.py::test_{i}" for i in range(300)]
+    errors: list[Exception] = []
+
+    def append(worker: int) -> None:
+        rng = random.Random(worker)
+        order = list(reversed(nodeids)) if worker % 2 else list(nodeids)
+        try:
+            with open_store(pg_url) as store:
+                for r in range(5):
+                    results = {n: rng.choice(["passed", "failed", "skipped"]) for n in order}
+                    store.append(_run(f"c{worker}-{r}", 100.0 + r, results, tree=f"t{r}"))
+        except Exception as exc:  # reported below, with the others
+            errors.append(exc)
+
+    threads = [threading.Thread(target=append, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with open_store(pg_url) as store:
+        with store.engine.connect() as conn:
+            ids = dict(conn.exec_driver_sql("SELECT nodeid, id FROM tests").all())
+        counts = summaries(store)
+        observed = store.observations(None, tests=nodeids)
+    for n in nodeids:
+        obs = observed[n]
+        assert len(obs) == 20
+        assert counts[ids[n]] == (
+            20,
+            sum(o.outcome == "passed" for o in obs),
+            sum(o.outcome == "failed" for o in obs),
+        )
