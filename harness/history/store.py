@@ -306,7 +306,9 @@ class Store:
                     sa.select(Test.nodeid, Test.id).where(Test.nodeid.in_(chunk))
                 )
             )
-        missing = [n for n in nodeids if n not in ids]
+        # Sorted: two PostgreSQL appenders inserting the same new tests take their unique
+        # keys in one order, so neither waits on the other in a cycle (a deadlock).
+        missing = sorted(n for n in nodeids if n not in ids)
         if missing:
             # Two runners appending at once may both meet a new test: on PostgreSQL (SQLite
             # serializes writers) the second insert must not fail the second run's append.

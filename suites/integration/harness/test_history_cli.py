@@ -418,6 +418,9 @@ def test_appenders_at_once_on_postgresql_lose_no_count(pg_url: str) -> None:
         except Exception as exc:  # reported below, with the others
             errors.append(exc)
 
+    # Migrated first: Alembic keeps its migration context in module globals, so threads of
+    # one process must not migrate at once (CI appenders are processes, each its own).
+    open_store(pg_url).close()
     threads = [threading.Thread(target=append, args=(w,)) for w in range(4)]
     for t in threads:
         t.start()
