@@ -3,8 +3,10 @@ quarantine edits. A thin layer over ``harness.history`` (every rule lives there)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +33,34 @@ _min_runs_option = click.option(
 )
 
 
-def _open(db: str | None) -> Any:
+def _open(db: str | None, *, create: bool = True) -> Any:
+    """The store at ``db``; ``create=False`` for the commands that only read it (a mistyped
+    path is refused, not answered with an empty history in a new file)."""
     if not db:
         raise UsageProblem(f"no history database: pass --db PATH_OR_URL or set ${ENV_VAR}")
     from harness.history.store import open_store
 
     try:
-        return open_store(db)
+        return open_store(db, create=create)
     except HistoryError as exc:
         raise UsageProblem(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _reading(store: Any) -> Iterator[Any]:
+    """The store, closed after use; a database that fails mid-command (a server gone, a
+    lock held past the busy timeout, a damaged file) is one line naming it, not a traceback."""
+    import sqlalchemy as sa
+
+    from harness.history.store import database_problem
+
+    with store:
+        try:
+            yield store
+        except sa.exc.SQLAlchemyError as exc:
+            raise click.ClickException(
+                f"history database {store.url}: {database_problem(exc)}"
+            ) from None
 
 
 @click.group(name="history")
@@ -81,7 +102,7 @@ def import_(
         records = [from_file(f, commit=commit, runner=runner, tree=tree) for f in files]
     except HistoryError as exc:
         raise UsageProblem(str(exc)) from None
-    with _open(db) as store:
+    with _reading(_open(db)) as store:
         for path, record in zip(files, records, strict=True):
             if record.status in ("aborted", "skipped"):
                 # A placeholder report (the run was interrupted, or the step was not run)
@@ -151,12 +172,11 @@ def flaky(
         entries = q.load(quarantine_file)
     except (q.QuarantineError, OSError) as exc:
         raise UsageProblem(str(exc)) from None
-    with _open(db) as store:
-        observed = store.observations(window)
-        scores = sorted(
-            (sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items()),
-            key=sc.Score.sort_key,
-        )
+    with _reading(_open(db, create=False)) as store:
+        # Scored from counts aggregated in SQL where a test's counts decide it (it did not
+        # fail in the window), from its outcomes otherwise: the same scores, without reading
+        # every outcome of every run (Store.scores).
+        scores = sorted(store.scores(window, min_runs=min_runs), key=sc.Score.sort_key)
         quarantined = {s.nodeid: e for s in scores if (e := q.find(entries, s.nodeid))}
         full = store.observations(None, tests=quarantined) if quarantined else {}
         runs = store.run_count()
@@ -255,6 +275,12 @@ def _print_proposals(
 
 
 def _print_table(scores: list[sc.Score], show_all: bool, window: int, runs: int) -> None:
+    if not runs:
+        click.echo(
+            "the history holds no runs yet: harness run appends one when HARNESS_HISTORY_DB "
+            "names it; harness history import adds reports made elsewhere"
+        )
+        return
     counts = {v: sum(s.verdict is v for s in scores) for v in sc.Verdict}
     click.echo(
         f"{len(scores)} test(s) over the last {min(window, runs)} of {runs} run(s): "
@@ -295,9 +321,11 @@ def page(db: str | None, out: Path, window: int, min_runs: int) -> None:
     from harness import atomic
     from harness.history import page as _page
 
-    with _open(db) as store:
+    with _reading(_open(db, create=False)) as store:
         observed = store.observations(window)
         runs = store.run_count()
+    if not runs:
+        click.echo(f"note: the history {store.url} holds no runs yet: the page lists no test")
     scores = sorted(
         (sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items()),
         key=sc.Score.sort_key,

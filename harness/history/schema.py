@@ -9,6 +9,11 @@ tests in one transaction, and read every outcome of every test over the last N r
 ``tests``    one row per node id: results refer to an integer, not to a long string repeated
              per run (a 2,000-test run would otherwise store ~150 KB of node ids each time).
 ``results``  one row per (run, test): outcome, duration, the test's own seed.
+``test_summaries``  one row per test: its results, passes and failures over the whole
+             history, kept by ``Store.append`` in the run's own transaction. Counts are sums,
+             so they hold whatever order runs arrive in; the scores of a window are these
+             counts minus those of the runs before it, or the window's own counts, whichever
+             reads fewer results (``Store.scores``).
 
 Changes to these models ship as a new Alembic revision in ``migrations/versions``.
 """
@@ -65,8 +70,11 @@ class Result(Base):
     __tablename__ = "results"
     # On SQLite the rows are stored in primary-key order (no rowid): a window of recent runs
     # is a few contiguous ranges instead of 100,000 lookups from an index into the table.
+    # The index holds every column a per-test read needs: a test's outcomes over a window
+    # (the tests that failed, what un-quarantine reads) come from the index alone, without
+    # one lookup into the table per outcome (revision 0002).
     __table_args__ = (
-        Index("ix_results_test_run", "test_id", "run_id"),
+        Index("ix_results_test_outcomes", "test_id", "run_id", "outcome", "seed", "duration_s"),
         {"sqlite_with_rowid": False},
     )
 
@@ -75,3 +83,16 @@ class Result(Base):
     outcome: Mapped[str] = mapped_column(String(16))
     duration_s: Mapped[float | None] = mapped_column(Float)
     seed: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class TestSummary(Base):
+    """Per test, over every run in the history: results recorded, passes, failures (skips
+    are the rest). Changed only by ``Store.append``, in the transaction that adds the run."""
+
+    __tablename__ = "test_summaries"
+    __test__ = False  # a table, not a pytest test class
+
+    test_id: Mapped[int] = mapped_column(ForeignKey("tests.id"), primary_key=True)
+    results: Mapped[int] = mapped_column(Integer)
+    passes: Mapped[int] = mapped_column(Integer)
+    failures: Mapped[int] = mapped_column(Integer)

@@ -25,7 +25,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from harness.history.records import HistoryError, Observation, Outcome
+from harness.history.records import _OUTCOME_OF, HistoryError, Observation, Outcome
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -36,6 +36,7 @@ __all__ = [
     "consecutive_passes",
     "required_passes",
     "score",
+    "score_without_failures",
     "unquarantine_due",
 ]
 
@@ -143,33 +144,46 @@ def unquarantine_due(
     return streak >= needed, streak, needed, p
 
 
+def score_without_failures(nodeid: str, strip: str, *, min_runs: int = DEFAULT_MIN_RUNS) -> Score:
+    """The score of a test that did not fail in the window, from its outcome ``strip`` alone
+    (P and s only): what :func:`score` answers for such a history, without its observations.
+    The store scores most tests this way from counts it aggregates in SQL."""
+    if "F" in strip:
+        raise HistoryError(f"{nodeid}: the strip {strip!r} holds a failure; use score()")
+    n = strip.count("P")
+    if n >= min_runs:
+        note = f"failed 0 of {n} runs; failure rate below {3 / n:.1%} at 95%"
+        return Score(nodeid, Verdict.HEALTHY, n, 0, 0, 0, 0, [], n, [note], strip)
+    note = f"only {n} run(s) with an outcome; {min_runs} needed to call it healthy"
+    return Score(nodeid, Verdict.INSUFFICIENT, n, 0, 0, 0, 0, [], n, [note], strip)
+
+
 def score(
     nodeid: str, history: Sequence[Observation], *, min_runs: int = DEFAULT_MIN_RUNS
 ) -> Score:
     """The scores and verdict of one test from its outcomes over a window, oldest first."""
-    kinds = [Outcome.of(o.outcome) for o in history]
+    kind_of, skip = _OUTCOME_OF.get, Outcome.SKIP  # Outcome.of, without a call per outcome
+    kinds = [kind_of(o.outcome, skip) for o in history]
     strip = "".join(_LETTER[k] for k in kinds)
     judged = [o for o, k in zip(history, kinds, strict=True) if k is not Outcome.SKIP]
     fails = [o for o, k in zip(history, kinds, strict=True) if k is Outcome.FAIL]
     n, f = len(judged), len(fails)
     if not fails:
         # Most tests never fail: answered without the seed, tree and runner bookkeeping.
-        if n >= min_runs:
-            note = f"failed 0 of {n} runs; failure rate below {3 / n:.1%} at 95%"
-            return Score(nodeid, Verdict.HEALTHY, n, 0, 0, 0, 0, [], n, [note], strip)
-        note = f"only {n} run(s) with an outcome; {min_runs} needed to call it healthy"
-        return Score(nodeid, Verdict.INSUFFICIENT, n, 0, 0, 0, 0, [], n, [note], strip)
-    flips = sum(a.verdict is not b.verdict for a, b in zip(judged, judged[1:], strict=False))
+        return score_without_failures(nodeid, strip, min_runs=min_runs)
+    # The judged outcomes' kinds, in order (each observation's verdict looked up once).
+    jk = [k for k in kinds if k is not Outcome.SKIP]
+    flips = sum(a is not b for a, b in zip(jk, jk[1:], strict=False))
 
     by_tree: dict[str, set[Outcome]] = defaultdict(set)
     by_seed_tree: dict[tuple[int, str | None], set[Outcome]] = defaultdict(set)
     seed_outcomes: dict[int, Counter[Outcome]] = defaultdict(Counter)
-    for o in judged:
+    for o, kind in zip(judged, jk, strict=True):
         if o.tree is not None:
-            by_tree[o.tree].add(o.verdict)
+            by_tree[o.tree].add(kind)
         if o.seed is not None:
-            by_seed_tree[(o.seed, o.tree)].add(o.verdict)
-            seed_outcomes[o.seed][o.verdict] += 1
+            by_seed_tree[(o.seed, o.tree)].add(kind)
+            seed_outcomes[o.seed][kind] += 1
     same_tree = sum(len(v) == 2 for v in by_tree.values())
     # A pass and a fail under one seed: on one tree, or on unknown trees (a dirty checkout).
     same_seed = sum(len(v) == 2 for v in by_seed_tree.values())
@@ -177,10 +191,11 @@ def score(
     recurring = [s for s in failing_seeds if seed_outcomes[s][Outcome.FAIL] >= 2]
     mixed_seeds = [s for s in failing_seeds if seed_outcomes[s][Outcome.PASS]]
 
-    streak = consecutive_passes(judged)
+    last_fail = n - 1 - jk[::-1].index(Outcome.FAIL)  # there is one: f > 0
+    streak = n - 1 - last_fail  # passes since the last failure
     tail_fails = 0
-    for o in reversed(judged):
-        if o.verdict is not Outcome.FAIL:
+    for kind in reversed(jk):
+        if kind is not Outcome.FAIL:
             break
         tail_fails += 1
 
@@ -228,8 +243,8 @@ def score(
         return done(Verdict.INSUFFICIENT)
 
     if tail_fails >= BROKEN_STREAK:
-        before = judged[: n - tail_fails]
-        rate = (sum(o.verdict is Outcome.FAIL for o in before) + 1) / (len(before) + 2)
+        before = jk[: n - tail_fails]
+        rate = (sum(kind is Outcome.FAIL for kind in before) + 1) / (len(before) + 2)
         if rate**tail_fails < BROKEN_CHANCE:
             evidence.append(
                 f"failed the last {tail_fails} runs in a row, since commit "
@@ -247,7 +262,7 @@ def score(
         return done(Verdict.INSUFFICIENT)
 
     # Failures in one block followed by passes only: it was broken, and a change fixed it.
-    first = judged.index(fails[0])
+    first = jk.index(Outcome.FAIL)
     if streak and f == n - first - streak and f >= BROKEN_STREAK and not same_seed:
         fixed_at = judged[n - streak]
         evidence.append(

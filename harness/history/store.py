@@ -16,15 +16,23 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.history.records import HistoryError, Observation, RunRecord
+from harness.history import scores as sc
+from harness.history.records import (
+    FAIL_OUTCOMES,
+    PASS_OUTCOMES,
+    HistoryError,
+    Observation,
+    RunRecord,
+)
+from harness.history.scores import DEFAULT_MIN_RUNS, Score
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-__all__ = ["HEAD", "Store", "normalize_url", "open_store", "safe_url"]
+__all__ = ["HEAD", "Store", "database_problem", "normalize_url", "open_store", "safe_url"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-HEAD = "0001"
+HEAD = "0002"
 """The newest migration's revision (a test checks it against the scripts)."""
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 _CHUNK = 500  # bound parameters per IN (...): under every backend's limit
@@ -133,16 +141,48 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-def open_store(url: str | os.PathLike[str]) -> Store:
-    """The history at ``url``, created or upgraded to the newest schema."""
+def database_problem(exc: BaseException) -> str:
+    """A driver's error in one line: its own message, without SQLAlchemy's wrapping (the
+    statement, the parameters, a link)."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:
+    """The history at ``url``, created (unless ``create`` is false: then a SQLite file that
+    does not exist is refused) or upgraded to the newest schema."""
     full = normalize_url(url)
+    if not create and full.startswith("sqlite:///"):
+        path = Path(full.removeprefix("sqlite:///"))
+        if path.is_dir():
+            raise HistoryError(f"history database {path} is a directory, not a SQLite file")
+        if not path.is_file():
+            raise HistoryError(
+                f"no history database at {path}: nothing has been appended to it (harness "
+                "run appends when HARNESS_HISTORY_DB names it; harness history import adds "
+                "reports)"
+            )
     sa = _sqlalchemy()
+    from alembic.util import CommandError
+
     engine = _engine(full)
     try:
         migrate(engine)
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
-        raise HistoryError(f"cannot open history database {safe_url(full)}: {exc}") from None
+        raise HistoryError(
+            f"cannot open history database {safe_url(full)}: {database_problem(exc)}"
+        ) from None
+    except CommandError as exc:
+        # A revision this harness does not ship: the database was made by a newer harness
+        # (or is another project's Alembic database).
+        engine.dispose()
+        raise HistoryError(
+            f"cannot open history database {safe_url(full)}: its schema is at revision "
+            f"{_current_revision(engine) or '?'}, which this harness does not know (its newest "
+            f"is {HEAD}): {exc}; upgrade ml-harness, or use another database"
+        ) from None
     return Store(engine)
 
 
@@ -217,7 +257,41 @@ class Store:
             ]
             if rows:
                 conn.execute(sa.insert(Result), rows)
+                self._add_to_summaries(conn, rows)
         return True
+
+    @staticmethod
+    def _add_to_summaries(conn: Any, rows: list[dict[str, Any]]) -> None:
+        """Add one run's results to the per-test counts (in the caller's transaction)."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        from harness.history.schema import TestSummary
+
+        dialect: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
+        statement = dialect.insert(TestSummary)
+        # An upsert: two PostgreSQL appenders meeting a new test both add to one row.
+        statement = statement.on_conflict_do_update(
+            index_elements=["test_id"],
+            set_={
+                "results": TestSummary.results + statement.excluded.results,
+                "passes": TestSummary.passes + statement.excluded.passes,
+                "failures": TestSummary.failures + statement.excluded.failures,
+            },
+        )
+        conn.execute(
+            statement,
+            [
+                {
+                    "test_id": r["test_id"],
+                    "results": 1,
+                    "passes": int(r["outcome"] in PASS_OUTCOMES),
+                    "failures": int(r["outcome"] in FAIL_OUTCOMES),
+                }
+                # In test-id order: two PostgreSQL appenders lock the rows they update in the
+                # same order, so neither waits on the other in a cycle (a deadlock).
+                for r in sorted(rows, key=lambda r: int(r["test_id"]))
+            ],
+        )
 
     @staticmethod
     def _test_ids(conn: Any, nodeids: list[str]) -> dict[str, int]:
@@ -232,7 +306,9 @@ class Store:
                     sa.select(Test.nodeid, Test.id).where(Test.nodeid.in_(chunk))
                 )
             )
-        missing = [n for n in nodeids if n not in ids]
+        # Sorted: two PostgreSQL appenders inserting the same new tests take their unique
+        # keys in one order, so neither waits on the other in a cycle (a deadlock).
+        missing = sorted(n for n in nodeids if n not in ids)
         if missing:
             # Two runners appending at once may both meet a new test: on PostgreSQL (SQLite
             # serializes writers) the second insert must not fail the second run's append.
@@ -259,6 +335,63 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(Run)).scalar_one())
 
+    def _window(self, conn: Any, window: int | None) -> dict[int, tuple[Any, ...]]:
+        """The runs of the last ``window`` (all when None), newest first, by id."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Run
+
+        runs_q = sa.select(
+            Run.id, Run.started_at, Run.tree, Run.commit, Run.runner, Run.seed
+        ).order_by(Run.started_at.desc(), Run.id.desc())
+        if window is not None:
+            runs_q = runs_q.limit(window)
+        return {row[0]: tuple(row) for row in conn.execute(runs_q)}
+
+    @staticmethod
+    def _read(
+        conn: Any,
+        runs: dict[int, tuple[Any, ...]],
+        names: dict[int, str],
+        by_test: bool,
+        within: Any = None,
+    ) -> dict[str, list[Observation]]:
+        """The outcomes in ``runs`` of the tests in ``names``, oldest first per test: read per
+        test (``by_test``: a few tests, through the (test_id, run_id) index) or per run."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Result
+
+        out: dict[str, list[Observation]] = defaultdict(list)
+        # Columns, not ORM objects, and run details joined here rather than in SQL: a
+        # window is ~100,000 results, and per-row overhead would cost more than the query.
+        cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
+        if by_test:
+            queries = [sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))]
+            if within is not None:  # the window's runs only (a subquery of run ids)
+                queries = [q.where(Result.run_id.in_(within)) for q in queries]
+        else:
+            # One query per run, oldest first: each test's list comes out in order, with
+            # no sort, and each query reads one contiguous key range.
+            queries = [sa.select(*cols).where(Result.run_id == r) for r in reversed(runs)]
+        # tuple.__new__ builds the named tuple without its __new__'s Python frame: a window
+        # of the failing tests of 1,000 runs is ~200,000 of them.
+        make = tuple.__new__
+        for q in queries:
+            for test_id, run_id, outcome, seed, duration in conn.execute(q).all():
+                run = runs.get(run_id)
+                name = names.get(test_id)
+                if run is None or name is None:
+                    continue
+                out[name].append(
+                    make(
+                        Observation,
+                        (run_id, run[1], outcome, seed, run[2], run[3], run[4], duration, run[5]),
+                    )
+                )
+        if by_test:
+            for obs in out.values():
+                obs.sort(key=lambda o: (o.started_at, o.run_id))
+        return dict(out)
+
     def observations(
         self, window: int | None = None, tests: Iterable[str] | None = None
     ) -> dict[str, list[Observation]]:
@@ -267,20 +400,12 @@ class Store:
         if window is not None and window < 1:
             raise HistoryError(f"window must be at least 1 run, got {window}")
         sa = _sqlalchemy()
-        from harness.history.schema import Result, Run, Test
+        from harness.history.schema import Test
 
-        runs_q = sa.select(
-            Run.id, Run.started_at, Run.tree, Run.commit, Run.runner, Run.seed
-        ).order_by(Run.started_at.desc(), Run.id.desc())
-        if window is not None:
-            runs_q = runs_q.limit(window)
-        out: dict[str, list[Observation]] = defaultdict(list)
         with self.engine.connect() as conn:
-            runs = {row[0]: tuple(row) for row in conn.execute(runs_q)}
+            runs = self._window(conn, window)
             if not runs:
                 return {}
-            # Columns, not ORM objects, and run details joined here rather than in SQL: a
-            # window is ~100,000 results, and per-row overhead would cost more than the query.
             if tests is None:
                 names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
             else:
@@ -291,26 +416,85 @@ class Store:
                             sa.select(Test.id, Test.nodeid).where(Test.nodeid.in_(chunk))
                         ).all()
                     )
-            cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
-            if tests is not None:
-                queries = [
-                    sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))
-                ]
+            return self._read(conn, runs, names, by_test=tests is not None)
+
+    def scores(self, window: int | None = None, *, min_runs: int = DEFAULT_MIN_RUNS) -> list[Score]:
+        """Every test's score over the last ``window`` runs (all when None), in no order.
+
+        What :func:`~harness.history.scores.score` gives on :meth:`observations`, without
+        reading every outcome. Each test's results, passes and failures in the window come
+        from whichever reads fewer results: the summaries alone (the window is the whole
+        history), the window's own results counted in SQL (it is at most half of the
+        history), or the summaries minus the counts of the runs before the window. Only the
+        tests that failed in the window, or both passed and skipped, have their outcomes
+        read (through the covering index) and scored one by one; a test that only passed or
+        only skipped is scored from its counts.
+        """
+        if window is not None and window < 1:
+            raise HistoryError(f"window must be at least 1 run, got {window}")
+        sa = _sqlalchemy()
+        from harness.history.schema import Run, Test, TestSummary
+
+        with self.engine.connect() as conn:
+            runs = self._window(conn, window)
+            if not runs:
+                return []
+            total_runs = conn.execute(sa.select(sa.func.count()).select_from(Run)).scalar_one()
+            inside, outside = len(runs), total_runs - len(runs)
+            counts: dict[int, list[int]] = {}
+            if inside <= outside:
+                counts = self._counts(conn, newest=True, limit=inside)
             else:
-                # One query per run, oldest first: each test's list comes out in order, with
-                # no sort, and each query reads one contiguous key range.
-                queries = [sa.select(*cols).where(Result.run_id == r) for r in reversed(runs)]
-            for q in queries:
-                for test_id, run_id, outcome, seed, duration in conn.execute(q).all():
-                    run = runs.get(run_id)
-                    if run is None:
-                        continue
-                    out[names[test_id]].append(
-                        Observation(
-                            run_id, run[1], outcome, seed, run[2], run[3], run[4], duration, run[5]
-                        )
-                    )
-        if tests is not None:
-            for obs in out.values():
-                obs.sort(key=lambda o: (o.started_at, o.run_id))
-        return dict(out)
+                summary = sa.select(
+                    TestSummary.test_id,
+                    TestSummary.results,
+                    TestSummary.passes,
+                    TestSummary.failures,
+                )
+                counts = {t: [n, p, f] for t, n, p, f in conn.execute(summary)}
+                if outside:
+                    for test_id, (n, p, f) in self._counts(
+                        conn, newest=False, limit=outside
+                    ).items():
+                        have = counts[test_id]
+                        counts[test_id] = [have[0] - n, have[1] - p, have[2] - f]
+            names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
+            out: list[Score] = []
+            mixed: dict[int, str] = {}
+            for test_id, (total, passes, fails) in counts.items():
+                if total == 0:
+                    continue  # not in any run of the window
+                nodeid = names[test_id]
+                if fails == 0 and passes in (0, total):
+                    strip = ("P" if passes else "s") * total
+                    out.append(sc.score_without_failures(nodeid, strip, min_runs=min_runs))
+                else:
+                    mixed[test_id] = nodeid
+            recent = None
+            if outside:
+                recent = (
+                    sa.select(Run.id)
+                    .order_by(Run.started_at.desc(), Run.id.desc())
+                    .limit(inside)
+                    .scalar_subquery()
+                )
+            observed = self._read(conn, runs, mixed, by_test=True, within=recent)
+        out.extend(sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items())
+        return out
+
+    @staticmethod
+    def _counts(conn: Any, *, newest: bool, limit: int) -> dict[int, list[int]]:
+        """Per test id: [results, passes, failures] in the ``limit`` newest (or oldest) runs."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Result, Run
+
+        order = (Run.started_at.desc(), Run.id.desc()) if newest else (Run.started_at, Run.id)
+        ids = sa.select(Run.id).order_by(*order).limit(limit).scalar_subquery()
+        fail = sa.case((Result.outcome.in_(sorted(FAIL_OUTCOMES)), 1), else_=0)
+        passed = sa.case((Result.outcome.in_(sorted(PASS_OUTCOMES)), 1), else_=0)
+        query = (
+            sa.select(Result.test_id, sa.func.count(), sa.func.sum(passed), sa.func.sum(fail))
+            .where(Result.run_id.in_(ids))
+            .group_by(Result.test_id)
+        )
+        return {t: [n, p, f] for t, n, p, f in conn.execute(query)}

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.history import ENV_VAR, record_run
+from harness.history import scores as sc
 from harness.history.records import RunRecord, TestResult
 from harness.history.store import HEAD, head_revision, normalize_url, open_store
 
@@ -321,3 +322,121 @@ def test_the_store_round_trips_runs_through_postgresql_beside_another_alembic_pr
         other.dispose()
     assert seen[0] == seen[1]
     assert seen[0]["t.py::y"][0] == ("failed", 2**62, "t1", "cpu-1", 0.1)
+
+
+def test_summaries_and_scores_on_postgresql_match_sqlite_and_survive_the_migration(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Store.scores (summaries upserted at append time, counts in SQL) on the real
+    PostgreSQL: the same scores as on SQLite for the same runs, and revision 0002 recomputes
+    the summaries a downgrade dropped."""
+    import random
+
+    from test_history_store import _history, check_summaries_survive_a_downgrade_and_upgrade
+
+    records = _history(random.Random(9), 16, 24)
+    got = []
+    for url in (pg_url, str(tmp_path / "h.db")):
+        with open_store(url) as store:
+            for record in records:
+                store.append(record)
+            for window in (4, 12, None):
+                want = {n: sc.score(n, o) for n, o in store.observations(window).items()}
+                mine = {s.nodeid: s for s in store.scores(window)}
+                assert mine == want, (url, window)
+            got.append(sorted((s.nodeid, s.verdict, s.strip) for s in store.scores(16)))
+            check_summaries_survive_a_downgrade_and_upgrade(store)
+    assert got[0] and got[0] == got[1]
+
+
+@pytest.mark.parametrize(
+    ("make", "command", "complaint"),
+    [
+        ("text", "flaky", "h.db: file is not a database"),
+        ("newer", "flaky", "its schema is at revision 9999, which this harness does not know"),
+        ("newer", "import", "its schema is at revision 9999, which this harness does not know"),
+        ("missing", "flaky", "no history database at {path}: nothing has been appended"),
+        ("missing", "page", "no history database at {path}: nothing has been appended"),
+        ("directory", "flaky", "history database {path} is a directory, not a SQLite file"),
+    ],
+)
+def test_a_database_that_cannot_be_read_is_refused_with_its_path_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: str, command: str, complaint: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "h.db"
+    if make == "text":
+        db.write_text("not a database, but long enough to be mistaken for a header\n" * 4)
+    elif make == "newer":  # a database a newer harness migrated past this one's revisions
+        open_store(db).close()
+        engine = sa.create_engine(normalize_url(db))
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE harness_history_version SET version_num = '9999'"))
+        engine.dispose()
+    elif make == "directory":
+        db.mkdir()
+    junit = tmp_path / "jest.xml"
+    junit.write_text(OTHER_TOOL_JUNIT)
+    args = {"flaky": ["flaky"], "page": ["page"], "import": ["import", str(junit)]}
+    code, out = _invoke("history", *args[command], "--db", str(db))
+    assert code == 2, out
+    assert complaint.format(path=db) in out
+    assert "Traceback" not in out and "sqlalche.me" not in out
+    if make == "missing":
+        assert not db.exists(), "a command that only reads created the database"
+
+
+def test_an_empty_history_says_so_instead_of_scoring_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    open_store(db).close()
+    code, out = _invoke("history", "flaky", "--db", str(db))
+    assert code == 0 and "the history holds no runs yet" in out, out
+    code, out = _invoke("history", "page", "--db", str(db), "--out", str(tmp_path / "p.html"))
+    assert code == 0 and "holds no runs yet: the page lists no test" in out, out
+
+
+def test_appenders_at_once_on_postgresql_lose_no_count(pg_url: str) -> None:
+    """Four threads append runs of the same new tests at once, each in its own order (one
+    reversed): every run is stored, no append fails (a deadlock or a duplicate key would),
+    and each test's summary counts every run."""
+    import random
+    import threading
+
+    from test_history_store import summaries
+
+    nodeids = [f"suites/unit/test_c.py::test_{i}" for i in range(300)]
+    errors: list[Exception] = []
+
+    def append(worker: int) -> None:
+        rng = random.Random(worker)
+        order = list(reversed(nodeids)) if worker % 2 else list(nodeids)
+        try:
+            with open_store(pg_url) as store:
+                for r in range(5):
+                    results = {n: rng.choice(["passed", "failed", "skipped"]) for n in order}
+                    store.append(_run(f"c{worker}-{r}", 100.0 + r, results, tree=f"t{r}"))
+        except Exception as exc:  # reported below, with the others
+            errors.append(exc)
+
+    # Migrated first: Alembic keeps its migration context in module globals, so threads of
+    # one process must not migrate at once (CI appenders are processes, each its own).
+    open_store(pg_url).close()
+    threads = [threading.Thread(target=append, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with open_store(pg_url) as store:
+        with store.engine.connect() as conn:
+            ids = dict(conn.exec_driver_sql("SELECT nodeid, id FROM tests").all())
+        counts = summaries(store)
+        observed = store.observations(None, tests=nodeids)
+    for n in nodeids:
+        obs = observed[n]
+        assert len(obs) == 20
+        assert counts[ids[n]] == (
+            20,
+            sum(o.outcome == "passed" for o in obs),
+            sum(o.outcome == "failed" for o in obs),
+        )

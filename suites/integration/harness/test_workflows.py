@@ -272,17 +272,24 @@ def test_every_networked_action_is_skipped_under_act_and_mapped_to_a_stub() -> N
             uses = step["uses"]
             if uses.split("@")[0] == "actions/checkout":
                 continue  # act copies the working tree itself and skips checkout
-            used.add(uses)
+            # owner/name/sub/path@ref (actions/cache/save@...) is the sub-action sub/path of
+            # the repository owner/name@ref: act clones (or maps) the repository, then reads
+            # sub/path/action.yml in it.
+            action, ref = uses.split("@", 1)
+            owner, name, *sub = action.split("/")
+            repo_ref = f"{owner}/{name}@{ref}"
+            used.add(repo_ref)
             where = f"{path.name}:{job_id}: {uses}"
             if "!env.ACT" not in str(step.get("if", "")).replace(" ", ""):
                 problems.append(f"{where}: step lacks `if: ${{{{ !env.ACT }}}}`")
-            stub = mappings.get(uses)
-            if stub is None:
-                problems.append(f"{where}: no --local-repository {uses}=... line in .actrc")
-            elif not (stub / "action.yml").is_file():
-                problems.append(f"{where}: .actrc maps it to {stub}, which has no action.yml")
-            elif yaml.safe_load((stub / "action.yml").read_text())["runs"]["using"] != "composite":
-                problems.append(f"{where}: the stub in {stub} is not a composite action")
+            stub = mappings.get(repo_ref)
+            manifest = stub.joinpath(*sub, "action.yml") if stub is not None else None
+            if stub is None or manifest is None:
+                problems.append(f"{where}: no --local-repository {repo_ref}=... line in .actrc")
+            elif not manifest.is_file():
+                problems.append(f"{where}: .actrc maps it to {stub}, which has no {manifest}")
+            elif yaml.safe_load(manifest.read_text())["runs"]["using"] != "composite":
+                problems.append(f"{where}: the stub {manifest} is not a composite action")
     stale = sorted(set(mappings) - used)
     assert not problems and not stale, f"problems: {problems}; .actrc maps unused refs: {stale}"
 
