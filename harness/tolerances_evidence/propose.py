@@ -315,6 +315,8 @@ def patch_for(root: Path, report: SiteReport) -> tuple[str | None, str]:
         and node.lineno <= line <= (node.end_lineno or node.lineno)
         and {kw.arg for kw in node.keywords} >= {"rtol", "atol"}
     ]
+    if report.kind == "within":
+        return _patch_within(tree, source, path_text, line, report)
     if not calls:
         return None, "the bound is not given as rtol=/atol= at the call (a default or **kwargs)"
     call = min(calls, key=lambda c: (c.end_lineno or c.lineno) - c.lineno)
@@ -327,6 +329,32 @@ def patch_for(root: Path, report: SiteReport) -> tuple[str | None, str]:
             return None, f"{kw.arg}= is an expression, not a literal: change it where it is set"
         new = report.proposed_rtol if kw.arg == "rtol" else report.proposed_atol
         edits.append((node, repr(float(new)) if new else "0.0"))
+    return _apply(source, path_text, edits, report)
+
+
+def _patch_within(
+    tree: ast.AST, source: str, path_text: str, line: int, report: SiteReport
+) -> tuple[str | None, str]:
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        and len(node.args) >= 2
+    ]
+    if not calls:
+        return None, "no assert_within(error, bound) call found at the site"
+    call = min(calls, key=lambda c: (c.end_lineno or c.lineno) - c.lineno)
+    node = call.args[1]
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, int | float)):
+        return None, "the bound is an expression, not a literal: change it where it is set"
+    assert report.proposed_atol is not None
+    return _apply(source, path_text, [(node, repr(float(report.proposed_atol)))], report)
+
+
+def _apply(
+    source: str, path_text: str, edits: list[tuple[ast.expr, str]], report: SiteReport
+) -> tuple[str | None, str]:
     lines = source.splitlines(keepends=True)
     new_lines = list(lines)
     for node, text in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
@@ -341,6 +369,6 @@ def patch_for(root: Path, report: SiteReport) -> tuple[str | None, str]:
     diff = "".join(
         difflib.unified_diff(lines, new_lines, fromfile=f"a/{path_text}", tofile=f"b/{path_text}")
     )
-    return diff, f"rtol {report.rtol:g} -> {report.proposed_rtol:g}, atol {report.atol:g} -> " + (
-        f"{report.proposed_atol:g}"
+    return diff, f"rtol {report.rtol:g} -> {report.proposed_rtol}, atol {report.atol:g} -> " + (
+        f"{report.proposed_atol}"
     )
