@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from harness import assert_close, assert_equal, rel_error
+from harness import assert_close, assert_equal, assert_within, rel_error
 from reference_impls.attention import attention, reference_attention
 from reference_impls.attention.kernel import INTERPRET
 
@@ -52,17 +52,16 @@ def check_against_float64(q, k, v, *, grads=True, fwd_tol=None, grad_tol=None, *
     fwd_tol = FWD_TOL[q.dtype] if fwd_tol is None else fwd_tol
     if not grads:
         ref = float64_run(q, k, v, **kw)
-        assert rel_error(out, ref) <= fwd_tol
+        assert_within(rel_error(out, ref), fwd_tol)
         return
     do = torch.randn_like(out)
     out.backward(do)
     ref, ref_grads = float64_run(q, k, v, do, **kw)
-    assert rel_error(out, ref) <= fwd_tol
+    assert_within(rel_error(out, ref), fwd_tol)
     grad_tol = GRAD_TOL[q.dtype] if grad_tol is None else grad_tol
     for name, t, g in zip("qkv", (q, k, v), ref_grads, strict=True):
         assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
-        err = rel_error(t.grad, g)
-        assert err <= grad_tol, f"d{name}: relative error {err:.3g} > {grad_tol:g}"
+        assert_within(rel_error(t.grad, g), grad_tol, msg=f"d{name}: relative error")
 
 
 # --------------------------------------------------------------------------- values
