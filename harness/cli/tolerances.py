@@ -82,7 +82,7 @@ Examples:
 @click.option(
     "--bootstrap",
     type=click.IntRange(min=0),
-    default=200,
+    default=100,
     show_default=True,
     help="Bootstrap resamples for each proposal's interval.",
 )

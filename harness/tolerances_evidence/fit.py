@@ -28,7 +28,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["MIN_EXCEEDANCES", "MIN_SAMPLES", "Estimate", "TailFit", "estimate", "fit_tail"]
+__all__ = [
+    "MIN_EXCEEDANCES",
+    "MIN_SAMPLES",
+    "Estimate",
+    "TailFit",
+    "estimate",
+    "fit_tail",
+    "pwm",
+]
 
 MIN_SAMPLES = 30
 """Fewer runs than this are reported as too few to fit."""
@@ -86,10 +94,26 @@ def fit_tail(samples: Sequence[float] | np.ndarray, threshold_quantile: float = 
     excess = excess[excess > 0]
     if excess.size < MIN_EXCEEDANCES or np.unique(excess).size < 3:
         raise ValueError("the samples above the threshold do not vary: no tail to fit")
-    shape, _, scale = genpareto.fit(excess, floc=0.0)
+    shape0, scale0 = pwm(excess)
+    shape, _, scale = genpareto.fit(excess, shape0, floc=0.0, scale=scale0)
     if not (math.isfinite(shape) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"the GPD fit did not converge (shape {shape}, scale {scale})")
     return TailFit(n=n, threshold=u, exceedances=int(excess.size), shape=shape, scale=scale)
+
+
+def pwm(excess: np.ndarray) -> tuple[float, float]:
+    """``(shape, scale)`` of a GPD by probability-weighted moments (Hosking and Wallis,
+    Technometrics 1987): closed-form, the maximum-likelihood search's starting point (it
+    then converges in a fraction of the evaluations, which the bootstrap repeats 100 times)."""
+    x = np.sort(excess)
+    n = x.size
+    b0 = float(x.mean())
+    b1 = float(np.sum(np.arange(n) / (n - 1) * x) / n)
+    a1 = b0 - b1  # E[X (1 - F(X))]
+    denom = b0 - 2 * a1
+    if denom <= 0:
+        return 0.0, b0
+    return -(b0 / denom - 2), 2 * b0 * a1 / denom
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +133,7 @@ def estimate(
     samples: Sequence[float] | np.ndarray,
     target: float,
     *,
-    bootstrap: int = 200,
+    bootstrap: int = 100,
     confidence: float = 0.9,
     seed: int = 0,
     threshold_quantile: float = 0.8,

@@ -129,7 +129,7 @@ def analyse(
     records: Iterable[dict[str, Any]],
     target: float,
     *,
-    bootstrap: int = 200,
+    bootstrap: int = 100,
     seed: int = 0,
 ) -> list[SiteReport]:
     """One :class:`SiteReport` per call site, in site order (see the module docstring)."""
