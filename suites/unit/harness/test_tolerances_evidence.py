@@ -11,9 +11,8 @@ import torch
 from scipy.stats import genpareto
 
 from harness import assert_within
-from harness.tolerances_evidence import assert_close_to_reference
+from harness.tolerances_evidence import assert_close_to_reference, propose
 from harness.tolerances_evidence import fit as tail
-from harness.tolerances_evidence import propose
 from harness.tolerances_evidence.recording import OverrideError, base_test_id, load_overrides
 
 # --------------------------------------------------------------------------- the fit
