@@ -367,7 +367,11 @@ def _check_recorder(
             raise pytest.UsageError(f"--harness-record-errors {record} is a directory")
     recorder = _recording.CheckRecorder(path, rootpath, seed, overrides)
     previous = _tolerances.set_observer(recorder)
-    config.add_cleanup(lambda: _tolerances.set_observer(previous))
+
+    def restore() -> None:
+        _tolerances.set_observer(previous)
+
+    config.add_cleanup(restore)
     return recorder
 
 

@@ -180,9 +180,9 @@ def assert_close(
         _check_tolerance("atol", atol)
         rtol, atol = float(rtol), float(atol)
     if _observer is not None:  # the one flag check recording costs when it is off
-        given = _observer("assert_close", actual, expected, rtol, atol, check_dtype)
-        if given is not None:
-            rtol, atol = given
+        override = _observer("assert_close", actual, expected, rtol, atol, check_dtype)
+        if override is not None:
+            rtol, atol = override
     _compare(actual, expected, "actual", rtol, atol, equal_nan, check_dtype, msg)
 
 

@@ -320,7 +320,7 @@ def patch_for(root: Path, report: SiteReport) -> tuple[str | None, str]:
     if not calls:
         return None, "the bound is not given as rtol=/atol= at the call (a default or **kwargs)"
     call = min(calls, key=lambda c: (c.end_lineno or c.lineno) - c.lineno)
-    edits = []
+    edits: list[tuple[ast.expr, str]] = []
     for kw in call.keywords:
         if kw.arg not in ("rtol", "atol"):
             continue
