@@ -107,6 +107,27 @@ Examples:
     help="After proposing, run this many fresh seeds and count the runs that "
     "exceed each proposed bound (the held-out check).",
 )
+@click.option(
+    "--mutants",
+    is_flag=True,
+    help="Mutation-test --module (harness mutate) against the NODEIDs' test files twice: "
+    "with the current bounds and with the proposed ones in force "
+    "($HARNESS_TOLERANCE_OVERRIDES), and report the mutants each kills.",
+)
+@click.option(
+    "--module",
+    "module",
+    default=None,
+    metavar="PATH",
+    help="The module under test for --mutants.",
+)
+@click.option(
+    "--overrides-out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write the proposals as a $HARNESS_TOLERANCE_OVERRIDES file (to run any test "
+    "command with them in force).",
+)
 def propose_command(
     nodeids: tuple[str, ...],
     runs: int,
@@ -118,6 +139,9 @@ def propose_command(
     json_path: Path | None,
     write: bool,
     holdout_runs: int,
+    mutants: bool,
+    module: str | None,
+    overrides_out: Path | None,
 ) -> None:
     """Run NODEIDs (test functions: all their parametrizations run) over RUNS seeds with
     --harness-record-errors, fit the tail of each call site's share of its bound used
@@ -132,8 +156,14 @@ def propose_command(
     root = Path.cwd()
     if not nodeids and records_path is None:
         raise UsageProblem("give NODEIDs to run, or --records FILE to judge")
-    if not nodeids and holdout_runs:
-        raise UsageProblem("--holdout-runs runs the tests: give their NODEIDs")
+    if not nodeids and (holdout_runs or mutants):
+        raise UsageProblem("--holdout-runs and --mutants run the tests: give their NODEIDs")
+    if mutants and module is None:
+        raise UsageProblem("--mutants needs --module PATH, the module the tests check")
+    if mutants:
+        problem = _extras.missing("mutmut", "harness tolerances propose --mutants")
+        if problem:
+            raise UsageProblem(problem)
     with tempfile.TemporaryDirectory(prefix="harness-tolerances-") as tmp:
         try:
             if nodeids:
@@ -170,9 +200,19 @@ def propose_command(
                 console.print(f"[yellow]{report.site}: cannot write: {note}[/]")
             else:
                 click.echo(diff, nl=False)
+    overrides = _propose.overrides_for(reports)
+    if overrides_out is not None:
+        overrides_out.parent.mkdir(parents=True, exist_ok=True)
+        overrides_out.write_text(json.dumps(overrides, indent=2) + "\n")
+        console.print(f"wrote {overrides_out} ({len(overrides)} sites)")
+    killed: dict[str, Any] = {}
+    if mutants:
+        assert module is not None
+        killed = _mutants(root, module, nodeids, overrides)
     if json_path is not None:
         data = {
             "target_failure": target_failure,
+            "mutants": killed,
             "sites": [
                 {**r.to_json(), **({"holdout": list(holdout[r.site])} if r.site in holdout else {})}
                 for r in reports
@@ -181,6 +221,40 @@ def propose_command(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(data, indent=2, allow_nan=True) + "\n")
         console.print(f"wrote {json_path}")
+
+
+def _mutants(
+    root: Path, module: str, nodeids: tuple[str, ...], overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """Mutants of ``module`` killed by the NODEIDs' test files under the current bounds and
+    under the proposed ones. A tighter bound must kill at least as many."""
+    from harness import mutation as _mutation
+
+    tests = sorted({n.split("::", 1)[0] for n in nodeids})
+    out: dict[str, Any] = {"module": module, "tests": tests}
+    with tempfile.TemporaryDirectory(prefix="harness-tolerances-mutants-") as tmp:
+        file = Path(tmp) / "overrides.json"
+        file.write_text(json.dumps(overrides))
+        for label, env in (("current", ""), ("proposed", str(file))):
+            console.rule(f"mutants of {module} with the {label} bounds")
+            saved = os.environ.get("HARNESS_TOLERANCE_OVERRIDES")
+            os.environ["HARNESS_TOLERANCE_OVERRIDES"] = env
+            try:
+                result = _mutation.run_module(
+                    root, module, Path(tmp) / label, tests=tests, progress=console.print
+                )
+            except _mutation.MutationError as exc:
+                raise UsageProblem(f"--mutants: {exc}") from None
+            finally:
+                if saved is None:
+                    os.environ.pop("HARNESS_TOLERANCE_OVERRIDES", None)
+                else:
+                    os.environ["HARNESS_TOLERANCE_OVERRIDES"] = saved
+            out[label] = {"killed": result.killed, "total": result.total}
+            console.print(f"{label} bounds: {result.killed} of {result.total} mutants killed")
+    if out["proposed"]["killed"] < out["current"]["killed"]:
+        console.print("[yellow]the proposed bounds kill fewer mutants: they let more through[/]")
+    return out
 
 
 def _sweep(

@@ -44,6 +44,7 @@ __all__ = [
     "SiteReport",
     "analyse",
     "load_records",
+    "overrides_for",
     "patch_for",
     "round_up",
     "run_sweep",
@@ -219,6 +220,21 @@ def _judge(report: SiteReport, used: np.ndarray, target: float, bootstrap: int, 
         report.verdict = f"too loose by {1 / factor:.3g}x"
     else:
         report.verdict = "about right"
+
+
+def overrides_for(reports: Iterable[SiteReport]) -> dict[str, dict[str, float]]:
+    """The ``$HARNESS_TOLERANCE_OVERRIDES`` content that puts every proposal in force: the
+    proposed ``rtol``/``atol`` where the site's bound is one (given) pair, else the site's own
+    bound times the factor (per-dtype defaults, bounds that vary, ``assert_within``)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in reports:
+        if r.factor is None or r.proposed_rtol is None or r.proposed_atol is None:
+            continue
+        if r.kind == "within" or r.bounds_vary or r.bound != "given":
+            out[r.site] = {"scale": r.factor}
+        else:
+            out[r.site] = {"rtol": r.proposed_rtol, "atol": r.proposed_atol}
+    return out
 
 
 # --------------------------------------------------------------------------- running

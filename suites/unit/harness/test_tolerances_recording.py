@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -141,3 +143,39 @@ def test_propose_turns_bad_input_into_a_usage_error(project, monkeypatch, args, 
     result = CliRunner().invoke(main, ["tolerances", "propose", *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(project, monkeypatch):
+    from harness import mutation
+
+    root = project({"suites/unit/test_c.py": CHECKS})
+    monkeypatch.chdir(root)
+    seen = []
+
+    def fake_run_module(root_, module, work, *, tests, progress):
+        path = os.environ["HARNESS_TOLERANCE_OVERRIDES"]
+        seen.append((module, tests, json.loads(Path(path).read_text()) if path else None))
+        killed = 5 if path else 4  # a tighter bound kills more
+        return mutation.ModuleResult(
+            path=module,
+            tests=tests,
+            counts={"killed": killed, "survived": 1},
+            survivors=[],
+            seconds=0.0,
+            work_dir="",
+        )
+
+    monkeypatch.setattr(mutation, "run_module", fake_run_module)
+    out = root / "p.json"
+    result = CliRunner().invoke(
+        main,
+        ["tolerances", "propose", "suites/unit/test_c.py::test_checks", "--runs", "30",
+         "--per-process", "30", "--bootstrap", "10", "--mutants", "--module", "m.py",
+         "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (_, tests, current), (_, _, proposed) = seen
+    assert tests == ["suites/unit/test_c.py"] and current is None
+    noise = next(s for s in json.loads(out.read_text())["sites"] if s["site"] == SITE_NOISE)
+    assert proposed[SITE_NOISE] == {"rtol": 0.0, "atol": noise["proposed_atol"]}
+    assert json.loads(out.read_text())["mutants"]["proposed"]["killed"] == 5
