@@ -183,11 +183,15 @@ def _judge(report: SiteReport, used: np.ndarray, target: float, bootstrap: int, 
         )
         return
     if exact or float(used.max()) == 0.0:
-        report.verdict = (
-            f"no fit: every error is 0 over {report.runs} runs (an exact check)"
-            if float(used.max()) == 0.0
-            else "no fit: an exact bound"
-        )
+        if float(used.max()) != 0.0:
+            report.verdict = "no fit: an exact bound"
+        elif exact:
+            report.verdict = f"no fit: every error is 0 over {report.runs} runs (an exact check)"
+        else:
+            report.verdict = (
+                f"no fit: every error is 0 over {report.runs} runs (the same bits every run: "
+                "nothing of the bound is used)"
+            )
         return
     if report.runs < _fit.MIN_SAMPLES:
         report.verdict = (
