@@ -88,6 +88,7 @@ class HarnessState:
     hypothesis_profile: str | None
     update_goldens: bool
     check_recorder: _recording.CheckRecorder | None = None
+    hypothesis_forced: bool | None = None
     untiered_dirs: list[Path] = dataclasses.field(default_factory=list)
     started: float = dataclasses.field(default_factory=time.time)
     determinism_applied: bool = False
@@ -548,6 +549,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     seeding.seed_everything(seed)
     if state.check_recorder is not None:
         state.check_recorder.start(item.nodeid, seed)
+    if item.config.getoption("harness_repeat") > 1 and "hypothesis" in sys.modules:
+        # hypothesis's forced seed is the run's base seed, the same for every repeat: a seed
+        # sweep must give each repeat its own examples too.
+        import hypothesis.core
+
+        if state.hypothesis_forced is None:  # forced by us (not --hypothesis-seed)?
+            state.hypothesis_forced = hypothesis.core.global_force_seed == state.seed
+        if state.hypothesis_forced:
+            hypothesis.core.global_force_seed = seed  # type: ignore[assignment]  # typed None
     # user_properties travel into JUnit XML (written from the teardown report).
     item.user_properties += [
         ("harness_tier", item.stash.get(TIER, None) or "-"),

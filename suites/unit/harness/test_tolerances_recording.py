@@ -179,3 +179,24 @@ def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(pro
     noise = next(s for s in json.loads(out.read_text())["sites"] if s["site"] == SITE_NOISE)
     assert proposed[SITE_NOISE] == {"rtol": 0.0, "atol": noise["proposed_atol"]}
     assert json.loads(out.read_text())["mutants"]["proposed"]["killed"] == 5
+
+
+def test_each_repeat_of_a_hypothesis_test_draws_its_own_examples(project, pytester):
+    root = project(
+        {
+            "suites/unit/test_h.py": """
+                from hypothesis import given, settings, strategies as st
+                from harness import assert_within
+
+
+                @settings(max_examples=5)
+                @given(st.floats(0.0, 0.5))
+                def test_h(x):
+                    assert_within(x, 1.0)
+            """
+        }
+    )
+    result = pytester.runpytest("--harness-repeat=4", "--harness-record-errors=rec.jsonl")
+    result.assert_outcomes(passed=4)
+    used = [r["max_used"] for r in _records(root / "rec.jsonl")]
+    assert len(used) == 4 and len(set(used)) == 4
