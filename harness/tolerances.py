@@ -245,7 +245,7 @@ def assert_within(error: Any, bound: Any, *, msg: str | None = None) -> None:
 
     Examples::
 
-        >>> assert_within(rel_error([1.0, 2.0], [1.0, 2.001]), 1e-3)
+        >>> assert_within(rel_error(np.array([1.0, 2.0]), np.array([1.0, 2.001])), 1e-3)
         >>> assert_within(np.array([0.1, 0.3]), np.array([0.2, 0.2]))
         Traceback (most recent call last):
         ...
