@@ -276,7 +276,7 @@ def _sweep(
         console=console,
     ) as bar:
         task = bar.add_task(what, total=runs)
-        _propose.run_sweep(
+        _, failed = _propose.run_sweep(
             root,
             nodeids,
             path,
@@ -287,6 +287,11 @@ def _sweep(
             extra_env={"HARNESS_TOLERANCE_OVERRIDES": ""}
             if os.environ.get("HARNESS_TOLERANCE_OVERRIDES")
             else None,
+        )
+    for base in failed:
+        console.print(
+            f"[yellow]{what}: a test failed under --harness-seed={base} (rerun it to see why: "
+            "a check over its bound shows in the table, any other failure does not)[/]"
         )
 
 

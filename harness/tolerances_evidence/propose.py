@@ -273,12 +273,14 @@ def run_sweep(
     on_process: Callable[[int, int], None] | None = None,
     extra_env: dict[str, str] | None = None,
     timeout_s: float = 3600,
-) -> list[int]:
+) -> tuple[list[int], list[int]]:
     """Run ``nodeids`` ``runs`` times (``per_process`` per pytest process, each process under
     its own base seed, drawn from ``seed``), appending their check errors to ``records``.
 
-    Returns the base seeds used. A process that did not run tests (exit status >= 2: usage or
-    collection error, interrupted) raises :class:`ProposeError` with its output's tail.
+    Returns the base seeds used and those whose pytest reported a failure (exit 1: a check
+    over its bound, or any other failure, which the records alone would not show). A process
+    that did not run tests (exit status >= 2: usage or collection error, interrupted) raises
+    :class:`ProposeError` with its output's tail.
     """
     rng = np.random.default_rng(seed)
     procs = math.ceil(runs / per_process)
@@ -286,6 +288,7 @@ def run_sweep(
     env = {**os.environ, **(extra_env or {})}
     env.pop("PYTEST_ADDOPTS", None)
     done = 0
+    failed: list[int] = []
     for i, base in enumerate(seeds):
         k = min(per_process, runs - done)
         cmd = [
@@ -313,10 +316,12 @@ def run_sweep(
                 f"pytest exited {proc.returncode} under base seed {base} (no tests run, or a "
                 f"usage/collection error):\n{tail}"
             )
+        if proc.returncode == 1:
+            failed.append(base)
         done += k
         if on_process is not None:
             on_process(i + 1, done)
-    return seeds
+    return seeds, failed
 
 
 # --------------------------------------------------------------------------- --write

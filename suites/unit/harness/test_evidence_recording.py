@@ -200,3 +200,14 @@ def test_each_repeat_of_a_hypothesis_test_draws_its_own_examples(project, pytest
     result.assert_outcomes(passed=4)
     used = [r["max_used"] for r in _records(root / "rec.jsonl")]
     assert len(used) == 4 and len(set(used)) == 4
+
+
+def test_a_sweep_names_the_seeds_under_which_a_test_failed(project, monkeypatch):
+    root = project({"suites/unit/test_f.py": "def test_f():\n    assert False, 'broken'\n"})
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(
+        main, ["tolerances", "propose", "suites/unit/test_f.py::test_f", "--runs", "2"]
+    )
+    assert result.exit_code == 2  # nothing recorded: a usage error, after the warning
+    assert "a test failed under --harness-seed=" in result.output
+    assert "no check was recorded" in result.output
