@@ -110,11 +110,12 @@ def test_one_token_sequences(n_q, n_k):
     ref, grads = float64_run(q, k, v, do)
     assert rel_error(out, ref) <= FWD_TOL[torch.float32]
     # With one key the softmax is constant (1): dq and dk are exactly 0 in float64 and only
-    # rounding here, so they are compared absolutely. 4e-6, not the 1e-5 it was: over 120
-    # seeded runs the worst used 0.31 of 1e-5, and `harness tolerances propose` put the bound
-    # failing 1 run in 10,000 at 3.4e-6 (docs/benchmarks/tolerances.md).
+    # rounding here, so they are compared absolutely. 5e-6, not the 1e-5 it was: over 210
+    # seeded samples the worst error was 3.6e-6, and the tail fit puts the error exceeded once
+    # in 10,000 at 3.9e-6, interval to 4.7e-6 (`harness tolerances propose`;
+    # docs/benchmarks/tolerances.md, where a first 4e-6 from fewer seeds proved too tight).
     for t, g in zip((q, k, v), grads, strict=True):
-        assert_close(t.grad.double(), g, rtol=4e-6, atol=4e-6)
+        assert_close(t.grad.double(), g, rtol=5e-6, atol=5e-6)
     if n_k == 1:
         assert_close(out, v.detach().expand_as(out), rtol=0.0, atol=1e-6)  # softmax of one key
 
