@@ -9,7 +9,13 @@ adds tiers, seeds, goldens and the quarantine to every pytest run in an environm
 ml-harness is installed. The ``harness`` command line lives in ``harness.cli``.
 """
 
-from harness.tolerances import DEFAULT_TOLERANCES, assert_close, assert_equal, rel_error
+from harness.tolerances import (
+    DEFAULT_TOLERANCES,
+    assert_close,
+    assert_equal,
+    assert_within,
+    rel_error,
+)
 
-__all__ = ["DEFAULT_TOLERANCES", "assert_close", "assert_equal", "rel_error"]
+__all__ = ["DEFAULT_TOLERANCES", "assert_close", "assert_equal", "assert_within", "rel_error"]
 __version__ = "0.1.0"

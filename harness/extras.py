@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pytest_split": ("pytest-split", "ci"),
     "asv": ("asv", "perf"),
     "mutmut": ("mutmut", "mutate"),
+    "scipy": ("scipy", "tolerances"),
     "sqlalchemy": ("SQLAlchemy", "history"),
     "alembic": ("alembic", "history"),
 }

@@ -13,6 +13,8 @@ Options (``pytest --help``, group "ml-harness"):
 ``--harness-quarantine PATH``   the quarantine file (default ``quarantine.toml`` in the rootdir)
 ``--harness-update-goldens``    record golden values instead of comparing them
 ``--harness-json PATH``         write a JSON report of the run (``harness run`` uses it)
+``--harness-record-errors[=F]`` record how close every numeric check comes to its bound
+``--harness-repeat N``          run every test N times, each with its own seed
 
 Over 500 lines on purpose: pytest finds hooks and fixtures in the module its ``pytest11`` entry
 point names, so every hook, fixture and the per-run state they share live here; what they do
@@ -40,8 +42,11 @@ from harness import quarantine as _quarantine
 from harness import report as _report
 from harness import seeding
 from harness import tiers as _tiers
+from harness import tolerances as _tolerances
+from harness.tolerances_evidence import recording as _recording
 
 SEED_CACHE_KEY = "harness/seed"
+RECORD_ERRORS_DEFAULT = "reports/tolerance-errors.jsonl"
 
 
 def is_ci() -> bool:
@@ -82,6 +87,8 @@ class HarnessState:
     quarantine_problems: list[str]
     hypothesis_profile: str | None
     update_goldens: bool
+    check_recorder: _recording.CheckRecorder | None = None
+    hypothesis_forced: bool | None = None
     untiered_dirs: list[Path] = dataclasses.field(default_factory=list)
     started: float = dataclasses.field(default_factory=time.time)
     determinism_applied: bool = False
@@ -161,6 +168,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="leave the environment fingerprint out of the JSON report (it imports torch to "
         "ask about CUDA, ~1-2 s; the flake hunter's many short runs skip it). Default: off.",
+    )
+    group.addoption(
+        "--harness-record-errors",
+        dest="harness_record_errors",
+        nargs="?",
+        const=RECORD_ERRORS_DEFAULT,
+        default=None,
+        metavar="FILE",
+        help="append, per test and per assert_close/golden call site, the largest absolute and "
+        "relative error and the share of the bound used to FILE (JSON lines; default "
+        f"{RECORD_ERRORS_DEFAULT}); read by `harness tolerances propose`. Default: off.",
+    )
+    group.addoption(
+        "--harness-repeat",
+        dest="harness_repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every test N times, as N parametrizations [repeatK], each with its own "
+        "seed (a seed sweep in one process, for `harness tolerances propose`). Default: 1.",
     )
     # The defaults live in harness.layout, which also reads [tool.harness] (a table pytest
     # never reads, so teammates without the plugin get no "Unknown config option" warning).
@@ -310,9 +337,58 @@ def pytest_configure(config: pytest.Config) -> None:
         # Must be in the environment before CUDA initialises; the torch switches are applied
         # lazily at the first test that runs with torch imported (import costs over a second).
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", seeding.CUBLAS_WORKSPACE_CONFIG)
+    config.stash[STATE].check_recorder = _check_recorder(config, rootpath, seed)
     config.pluginmanager.register(Recorder(config.stash[STATE]), "harness-recorder")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "harness-xdist")
+
+
+def _check_recorder(
+    config: pytest.Config, rootpath: Path, seed: int
+) -> _recording.CheckRecorder | None:
+    """The observer of every numeric check, when errors are recorded or bounds overridden."""
+    if config.getoption("harness_repeat") < 1:
+        raise pytest.UsageError(
+            f"--harness-repeat {config.getoption('harness_repeat')}: give a count >= 1"
+        )
+    record = config.getoption("harness_record_errors")
+    overrides_path = os.environ.get(_recording.OVERRIDES_ENV)
+    if record is None and not overrides_path:
+        return None
+    overrides = None
+    if overrides_path:
+        try:
+            overrides = _recording.load_overrides(Path(overrides_path))
+        except _recording.OverrideError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    path = None
+    if record is not None:
+        path = Path(record) if Path(record).is_absolute() else rootpath / record
+        if path.is_dir():
+            raise pytest.UsageError(f"--harness-record-errors {record} is a directory")
+    recorder = _recording.CheckRecorder(path, rootpath, seed, overrides)
+    previous = _tolerances.set_observer(recorder)
+
+    def restore() -> None:
+        _tolerances.set_observer(previous)
+
+    config.add_cleanup(restore)
+    return recorder
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    count = metafunc.config.getoption("harness_repeat", 1)
+    if count > 1:
+        metafunc.fixturenames.append("_harness_repeat")
+        metafunc.parametrize(
+            "_harness_repeat", range(count), indirect=True, ids=lambda i: f"repeat{i}"
+        )
+
+
+@pytest.fixture
+def _harness_repeat(request: pytest.FixtureRequest) -> int:
+    """The index of this run under ``--harness-repeat`` (its node id carries ``repeatK``)."""
+    return int(request.param)
 
 
 def _check_report_path(path: Path) -> None:
@@ -471,6 +547,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         state.determinism_applied = True
     seed = _test_seed(state, item.nodeid)
     seeding.seed_everything(seed)
+    if state.check_recorder is not None:
+        state.check_recorder.start(item.nodeid, seed)
+    if item.config.getoption("harness_repeat") > 1 and "hypothesis" in sys.modules:
+        # hypothesis's forced seed is the run's base seed, the same for every repeat: a seed
+        # sweep must give each repeat its own examples too.
+        import hypothesis.core
+
+        if state.hypothesis_forced is None:  # forced by us (not --hypothesis-seed)?
+            state.hypothesis_forced = hypothesis.core.global_force_seed == state.seed
+        if state.hypothesis_forced:
+            hypothesis.core.global_force_seed = seed  # type: ignore[assignment]  # typed None
     # user_properties travel into JUnit XML (written from the teardown report).
     item.user_properties += [
         ("harness_tier", item.stash.get(TIER, None) or "-"),
@@ -528,6 +615,19 @@ def pytest_runtest_makereport(
         extra["harness_quarantine"] = {**_quarantine_info(entry), "failure": None}
         item.user_properties.append(("harness_quarantined", "passed"))
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
+    """Append the test's recorded check errors once its fixtures are torn down."""
+    try:
+        return (yield)
+    finally:
+        recorder = item.config.stash[STATE].check_recorder
+        if recorder is not None:
+            recorder.flush()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -648,6 +748,21 @@ class Golden:
         Both ``rtol`` and ``atol`` are required: the band is part of the claim, so say next to
         the call why it is as wide as it is.
         """
+        observer = _tolerances.get_observer()
+        if observer is not None and not self._state.update_goldens:
+            recorded = self._file.get(self._key, name)
+            stored = recorded.get("value") if isinstance(recorded, dict) else None
+            if _goldens._is_golden_value(stored):
+                given = observer(
+                    "golden",
+                    _as_array(_goldens._as_floats(name, value)),
+                    _as_array(stored),
+                    float(rtol),
+                    float(atol),
+                    False,
+                )
+                if given is not None:
+                    rtol, atol = given
         result = self._file.check(
             self._key,
             name,
@@ -659,6 +774,12 @@ class Golden:
         )
         if result.action != "matched":
             self._state.golden_events.append((self._nodeid, result.action, name))
+
+
+def _as_array(value: float | list[float]) -> Any:
+    import numpy
+
+    return numpy.asarray(value, dtype=numpy.float64)
 
 
 @pytest.fixture
@@ -676,9 +797,9 @@ def golden(request: pytest.FixtureRequest) -> Golden:
         )
     file_path = state.goldens_dir / rel.with_suffix(".json")
     file = state.golden_files.setdefault(file_path, _goldens.GoldenFile(file_path))
-    key = (
-        request.node.nodeid.split("::", 1)[1] if "::" in request.node.nodeid else request.node.name
-    )
+    # Under --harness-repeat every run of a test checks the one golden of the test.
+    nodeid = _recording.base_test_id(request.node.nodeid)
+    key = nodeid.split("::", 1)[1] if "::" in nodeid else request.node.name
     return Golden(state, file, request.node.nodeid, key)
 
 

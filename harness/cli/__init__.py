@@ -34,6 +34,7 @@ def _register() -> None:
         quarantine,
         reports,
         runs,
+        tolerances,
     )
 
     main.add_command(env.env)
@@ -47,6 +48,7 @@ def _register() -> None:
     main.add_command(flaky.flaky_command)
     main.add_command(init.init_command)
     main.add_command(history.history)
+    main.add_command(tolerances.tolerances)
 
 
 _register()

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from harness import assert_equal
+from harness import assert_equal, assert_within
 from reference_impls.collectives import (
     RING_SCHEDULE,
     RingSchedule,
@@ -91,10 +91,7 @@ def check_matches_numpy(case: RingCase, results: list[np.ndarray]) -> None:
         bound = (n + 1) * info.eps * scale + underflow
         exact = stacked.sum(0) / (n if case.op == "mean" else 1)
         err = np.abs(result.astype(np.float64) - exact)
-        assert (err <= bound).all(), (
-            f"worker {worker} of {n}: error {err.max()} exceeds the bound at "
-            f"{int(np.argmax(err - bound))}"
-        )
+        assert_within(err, bound, msg=f"worker {worker} of {n}")
 
 
 def check_workers_agree_bitwise(case: RingCase, results: list[np.ndarray]) -> None:

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from harness import assert_close, assert_equal, rel_error
+from harness import assert_close, assert_equal, assert_within, rel_error
 from reference_impls.attention import attention, reference_attention
 from reference_impls.attention.kernel import INTERPRET
 
@@ -52,17 +52,16 @@ def check_against_float64(q, k, v, *, grads=True, fwd_tol=None, grad_tol=None, *
     fwd_tol = FWD_TOL[q.dtype] if fwd_tol is None else fwd_tol
     if not grads:
         ref = float64_run(q, k, v, **kw)
-        assert rel_error(out, ref) <= fwd_tol
+        assert_within(rel_error(out, ref), fwd_tol)
         return
     do = torch.randn_like(out)
     out.backward(do)
     ref, ref_grads = float64_run(q, k, v, do, **kw)
-    assert rel_error(out, ref) <= fwd_tol
+    assert_within(rel_error(out, ref), fwd_tol)
     grad_tol = GRAD_TOL[q.dtype] if grad_tol is None else grad_tol
     for name, t, g in zip("qkv", (q, k, v), ref_grads, strict=True):
         assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
-        err = rel_error(t.grad, g)
-        assert err <= grad_tol, f"d{name}: relative error {err:.3g} > {grad_tol:g}"
+        assert_within(rel_error(t.grad, g), grad_tol, msg=f"d{name}: relative error")
 
 
 # --------------------------------------------------------------------------- values
@@ -111,10 +110,12 @@ def test_one_token_sequences(n_q, n_k):
     ref, grads = float64_run(q, k, v, do)
     assert rel_error(out, ref) <= FWD_TOL[torch.float32]
     # With one key the softmax is constant (1): dq and dk are exactly 0 in float64 and only
-    # rounding here, so they are compared absolutely.
-    atol = 1e-5
+    # rounding here, so they are compared absolutely. 5e-6, not the 1e-5 it was: over 210
+    # seeded samples the worst error was 3.6e-6, and the tail fit puts the error exceeded once
+    # in 10,000 at 3.9e-6, interval to 4.7e-6 (`harness tolerances propose`;
+    # docs/benchmarks/tolerances.md, where a first 4e-6 from fewer seeds proved too tight).
     for t, g in zip((q, k, v), grads, strict=True):
-        assert_close(t.grad.double(), g, rtol=1e-5, atol=atol)
+        assert_close(t.grad.double(), g, rtol=5e-6, atol=5e-6)
     if n_k == 1:
         assert_close(out, v.detach().expand_as(out), rtol=0.0, atol=1e-6)  # softmax of one key
 

@@ -1,0 +1,364 @@
+"""`harness tolerances propose`: bounds for numeric checks from their errors over many seeds."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness import extras as _extras
+from harness.cli.errors import UsageProblem
+
+console = Console(highlight=False)
+if not console.is_terminal:  # a log or a pipe: wide enough that the table stays readable
+    console = Console(highlight=False, width=200)
+
+
+@click.group(name="tolerances")
+def tolerances() -> None:
+    """Tolerances from evidence: fit each numeric check's error over seeds (docs/harness.md,
+    "Tolerances from evidence")."""
+
+
+def _target(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not (0 < value < 1):
+        raise click.BadParameter(f"{value!r} is not a probability in (0, 1)")
+    return value
+
+
+@tolerances.command(
+    name="propose",
+    epilog="""\b
+Exit status: 0 the proposals were made (whatever the verdicts), 2 bad input (a node id pytest
+cannot run, a records file that cannot be read, a bad option).
+Examples:
+  harness tolerances propose suites/unit/attention/test_attention_interpreter.py --runs 60
+  harness tolerances propose --records reports/tolerances/records.jsonl --write
+""",
+)
+@click.argument("nodeids", nargs=-1, metavar="[NODEID]...")
+@click.option(
+    "--runs", type=click.IntRange(min=1), default=50, show_default=True, help="Seeds per test."
+)
+@click.option(
+    "--per-process",
+    type=click.IntRange(min=1),
+    default=25,
+    show_default=True,
+    help="Runs per pytest process (--harness-repeat); 1 for tests whose module-scoped "
+    "fixtures would otherwise be shared by the runs.",
+)
+@click.option(
+    "--target-failure",
+    type=float,
+    default=1e-4,
+    show_default=True,
+    callback=_target,
+    help="Failure probability per run the proposed bound is set at.",
+)
+@click.option(
+    "--records",
+    "records_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="With NODEIDs: where the sweep's errors are written (default a temporary file). "
+    "Without: a --harness-record-errors file to judge instead of running anything.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the base seeds drawn for the sweep and of the bootstrap.",
+)
+@click.option(
+    "--bootstrap",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="Bootstrap resamples for each proposal's interval.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write every site's numbers as JSON to this file.",
+)
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Print a unified diff setting the proposed "
+    "bounds where they are literals at the call (nothing is edited).",
+)
+@click.option(
+    "--holdout-runs",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="After proposing, run this many fresh seeds and count the runs that "
+    "exceed each proposed bound (the held-out check).",
+)
+@click.option(
+    "--mutants",
+    is_flag=True,
+    help="Mutation-test --module (harness mutate) against the NODEIDs' test files twice: "
+    "with the current bounds and with the proposed ones in force "
+    "($HARNESS_TOLERANCE_OVERRIDES), and report the mutants each kills.",
+)
+@click.option(
+    "--module",
+    "module",
+    default=None,
+    metavar="PATH",
+    help="The module under test for --mutants.",
+)
+@click.option(
+    "--overrides-out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write the proposals as a $HARNESS_TOLERANCE_OVERRIDES file (to run any test "
+    "command with them in force).",
+)
+def propose_command(
+    nodeids: tuple[str, ...],
+    runs: int,
+    per_process: int,
+    target_failure: float,
+    records_path: Path | None,
+    seed: int,
+    bootstrap: int,
+    json_path: Path | None,
+    write: bool,
+    holdout_runs: int,
+    mutants: bool,
+    module: str | None,
+    overrides_out: Path | None,
+) -> None:
+    """Run NODEIDs (test functions: all their parametrizations run) over RUNS seeds with
+    --harness-record-errors, fit the tail of each call site's share of its bound used
+    (peaks over threshold, generalized Pareto, bootstrap interval) and print, per check, the
+    current bound, the observed maximum, the proposed bound at the target failure rate with
+    its interval, and a verdict."""
+    problem = _extras.missing("scipy", "harness tolerances propose")
+    if problem:
+        raise UsageProblem(problem)
+    from harness.tolerances_evidence import propose as _propose
+
+    root = Path.cwd()
+    if not nodeids and records_path is None:
+        raise UsageProblem("give NODEIDs to run, or --records FILE to judge")
+    if not nodeids and (holdout_runs or mutants):
+        raise UsageProblem("--holdout-runs and --mutants run the tests: give their NODEIDs")
+    if mutants and module is None:
+        raise UsageProblem("--mutants needs --module PATH, the module the tests check")
+    if mutants:
+        problem = _extras.missing("mutmut", "harness tolerances propose --mutants")
+        if problem:
+            raise UsageProblem(problem)
+    with tempfile.TemporaryDirectory(prefix="harness-tolerances-") as tmp:
+        try:
+            if nodeids:
+                path = records_path or Path(tmp) / "records.jsonl"
+                path = path if path.is_absolute() else root / path
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("")
+                _sweep(root, nodeids, path, runs, per_process, seed, "runs")
+            else:
+                assert records_path is not None
+                path = records_path
+            records = _propose.load_records(path)
+            if not records:
+                raise _propose.ProposeError(
+                    f"{path}: no check was recorded (do the tests call assert_close, "
+                    "assert_within or golden.check?)"
+                )
+            reports = _propose.analyse(records, target_failure, bootstrap=bootstrap, seed=seed)
+            holdout: dict[str, tuple[int, int]] = {}
+            if holdout_runs:
+                fresh = Path(tmp) / "holdout.jsonl"
+                fresh.write_text("")
+                _sweep(root, nodeids, fresh, holdout_runs, per_process, seed + 1, "held-out")
+                holdout = _holdout(reports, _propose.load_records(fresh))
+        except (_propose.ProposeError, OSError) as exc:
+            raise UsageProblem(str(exc)) from None
+    _print(reports, target_failure, holdout)
+    if write:
+        for report in reports:
+            if report.proposed_rtol is None:
+                continue
+            diff, note = _propose.patch_for(root, report)
+            if diff is None:
+                console.print(f"[yellow]{report.site}: cannot write: {note}[/]")
+            else:
+                click.echo(diff, nl=False)
+    overrides = _propose.overrides_for(reports)
+    if overrides_out is not None:
+        overrides_out.parent.mkdir(parents=True, exist_ok=True)
+        overrides_out.write_text(json.dumps(overrides, indent=2) + "\n")
+        console.print(f"wrote {overrides_out} ({len(overrides)} sites)")
+    killed: dict[str, Any] = {}
+    if mutants:
+        assert module is not None
+        killed = _mutants(root, module, nodeids, overrides)
+    if json_path is not None:
+        data = {
+            "target_failure": target_failure,
+            "mutants": killed,
+            "sites": [
+                {**r.to_json(), **({"holdout": list(holdout[r.site])} if r.site in holdout else {})}
+                for r in reports
+            ],
+        }
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(data, indent=2, allow_nan=True) + "\n")
+        console.print(f"wrote {json_path}")
+
+
+def _mutants(
+    root: Path, module: str, nodeids: tuple[str, ...], overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """Mutants of ``module`` killed by the NODEIDs' test files under the current bounds and
+    under the proposed ones. A tighter bound must kill at least as many."""
+    from harness import mutation as _mutation
+
+    tests = sorted({n.split("::", 1)[0] for n in nodeids})
+    out: dict[str, Any] = {"module": module, "tests": tests}
+    with tempfile.TemporaryDirectory(prefix="harness-tolerances-mutants-") as tmp:
+        file = Path(tmp) / "overrides.json"
+        file.write_text(json.dumps(overrides))
+        for label, env in (("current", ""), ("proposed", str(file))):
+            console.rule(f"mutants of {module} with the {label} bounds")
+            saved = os.environ.get("HARNESS_TOLERANCE_OVERRIDES")
+            os.environ["HARNESS_TOLERANCE_OVERRIDES"] = env
+            try:
+                result = _mutation.run_module(
+                    root, module, Path(tmp) / label, tests=tests, progress=console.print
+                )
+            except _mutation.MutationError as exc:
+                raise UsageProblem(f"--mutants: {exc}") from None
+            finally:
+                if saved is None:
+                    os.environ.pop("HARNESS_TOLERANCE_OVERRIDES", None)
+                else:
+                    os.environ["HARNESS_TOLERANCE_OVERRIDES"] = saved
+            out[label] = {"killed": result.killed, "total": result.total}
+            console.print(f"{label} bounds: {result.killed} of {result.total} mutants killed")
+    if out["proposed"]["killed"] < out["current"]["killed"]:
+        console.print("[yellow]the proposed bounds kill fewer mutants: they let more through[/]")
+    return out
+
+
+def _sweep(
+    root: Path,
+    nodeids: tuple[str, ...],
+    path: Path,
+    runs: int,
+    per_process: int,
+    seed: int,
+    what: str,
+) -> None:
+    from harness.tolerances_evidence import propose as _propose
+
+    with Progress(
+        TextColumn(f"[bold]{what}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task(what, total=runs)
+        _, failed = _propose.run_sweep(
+            root,
+            nodeids,
+            path,
+            runs=runs,
+            per_process=per_process,
+            seed=seed,
+            on_process=lambda _i, done: bar.update(task, completed=done),
+            extra_env={"HARNESS_TOLERANCE_OVERRIDES": ""}
+            if os.environ.get("HARNESS_TOLERANCE_OVERRIDES")
+            else None,
+        )
+    for base in failed:
+        console.print(
+            f"[yellow]{what}: a test failed under --harness-seed={base} (rerun it to see why: "
+            "a check over its bound shows in the table, any other failure does not)[/]"
+        )
+
+
+def _holdout(reports: list[Any], fresh: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per fitted site: (runs exceeding the proposed bound, fresh runs). The share of a bound
+    scaled by F used is the share of the current one divided by F, so no rerun is needed per
+    proposal."""
+    out = {}
+    for report in reports:
+        if report.factor is None:
+            continue
+        used = [float(r["max_used"]) for r in fresh if r["site"] == report.site]
+        out[report.site] = (sum(u > report.factor for u in used), len(used))
+    return out
+
+
+def _bound_text(r: Any, rtol: float | None = None, atol: float | None = None) -> str:
+    rtol = r.rtol if rtol is None else rtol
+    atol = r.atol if atol is None else atol
+    if r.kind == "within":
+        return f"bound {atol:.3g}" + (" (varies)" if r.bounds_vary else "")
+    text = f"rtol={rtol:.3g} atol={atol:.3g}"
+    if r.bound and r.bound != "given":
+        text += f" ({r.bound})"
+    if r.bounds_vary:
+        text += " (varies)"
+    return text
+
+
+def _print(reports: list[Any], target: float, holdout: dict[str, tuple[int, int]]) -> None:
+    table = Table(title=f"proposed bounds at a failure rate of {target:g} per run")
+    for col in ("site", "runs", "current bound", "observed max", "proposed", "verdict"):
+        table.add_column(col, overflow="fold")
+    if holdout:
+        table.add_column("held-out")
+    for r in reports:
+        observed = f"{r.max_used:.3g} of the bound (|err| {r.max_abs:.3g})"
+        if r.factor is not None:
+            if r.kind == "within":
+                proposed = f"bound {r.proposed_atol:.2g}"
+            else:
+                proposed = _bound_text(r, r.proposed_rtol, r.proposed_atol)
+            interval = f"[{r.low:.3g}, {r.high:.3g}]" if r.low is not None else ""
+            proposed += f"\nx{r.factor:.3g} (fit {r.estimate:.3g} {interval})"
+        else:
+            proposed = "-"
+        row = [
+            f"{r.site}\n{r.function}",
+            str(r.runs),
+            _bound_text(r),
+            observed,
+            proposed,
+            r.verdict,
+        ]
+        if holdout:
+            if r.site in holdout:
+                bad, n = holdout[r.site]
+                row.append(f"{bad}/{n} over (expected {n * target:.2g})")
+            else:
+                row.append("-")
+        table.add_row(*row)
+    console.print(table)
+    fails = [r for r in reports if r.failures]
+    for r in fails:
+        console.print(f"[red]{r.site}: failed in {r.failures} of {r.runs} runs[/]")
+    if any(math.isfinite(r.max_used) and r.status == "fitted" for r in reports):
+        console.print(
+            "proposed = current bound x F, F the upper end of the 90% bootstrap interval of the "
+            "share of the bound exceeded with the target probability (docs/harness.md)"
+        )

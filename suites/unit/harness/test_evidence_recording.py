@@ -1,0 +1,213 @@
+"""--harness-record-errors, --harness-repeat, $HARNESS_TOLERANCE_OVERRIDES and
+`harness tolerances propose`, tested from the outside on a tiny project."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+
+# Line 6: an error of exactly half the bound (5e-6 against rtol 1e-5 at |e| = 1, atol 0).
+# Line 7: exact. Line 8: an error that varies with the seed, far inside its bound.
+# Line 9: assert_within, a fifth of its bound.
+CHECKS = """
+    import numpy as np
+    from harness import assert_close, assert_equal, assert_within
+
+
+    def test_checks(rng):
+        assert_close(np.array([1.0 + 5e-6, 2.0]), np.array([1.0, 2.0]), rtol=1e-5, atol=0.0)
+        assert_equal(np.arange(3), np.arange(3))
+        assert_close(rng.normal(0.0, 1e-3, 50), np.zeros(50), rtol=0.0, atol=1.0)
+        assert_within(0.2, 1.0)
+
+
+    def test_golden(golden):
+        golden.check("loss", 0.5, rtol=1e-3, atol=0.0)
+"""
+SITE_HALF, SITE_EXACT, SITE_NOISE, SITE_WITHIN = (
+    f"suites/unit/test_c.py:{n}" for n in (6, 7, 8, 9)
+)
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_run_of_each_site_is_one_record_with_the_share_of_its_bound_used(project, pytester):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    result = pytester.runpytest(
+        "--harness-record-errors=rec.jsonl", "--harness-repeat=3", "-k", "checks"
+    )
+    result.assert_outcomes(passed=3)
+    records = _records(root / "rec.jsonl")
+    by_site: dict[str, list[dict]] = {}
+    for r in records:
+        by_site.setdefault(r["site"], []).append(r)
+    assert sorted(by_site) == sorted([SITE_HALF, SITE_EXACT, SITE_NOISE, SITE_WITHIN])
+    assert all(len(runs) == 3 for runs in by_site.values())
+    # (1 + 5e-6) - 1 is 5e-6 within float64 rounding of 1 (1e-16): 2e-11 of the bound.
+    assert all(r["max_used"] == pytest.approx(0.5, abs=1e-10) for r in by_site[SITE_HALF])
+    assert {r["max_abs"] for r in by_site[SITE_EXACT]} == {0.0}
+    assert len({r["max_used"] for r in by_site[SITE_NOISE]}) == 3  # one seed per repeat
+    assert len({r["seed"] for r in by_site[SITE_NOISE]}) == 3
+    assert {r["test"] for r in records} == {"suites/unit/test_c.py::test_checks"}
+    assert by_site[SITE_WITHIN][0]["max_used"] == pytest.approx(0.2, rel=1e-15)
+
+
+def test_a_repeated_golden_check_reads_the_one_golden_of_its_test(project, pytester):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    pytester.runpytest("-k", "golden").assert_outcomes(passed=1)  # records the golden
+    result = pytester.runpytest("-k", "golden", "--harness-repeat=2", "--harness-record-errors")
+    result.assert_outcomes(passed=2)
+    goldens = json.loads((root / "suites/goldens/unit/test_c.json").read_text())
+    assert list(goldens) == ["test_golden"]
+    (first, second) = _records(root / "reports/tolerance-errors.jsonl")
+    assert first["kind"] == second["kind"] == "golden"
+    assert first["max_used"] == 0.0 and first["site"] == "suites/unit/test_c.py:13"
+
+
+def test_an_override_tightens_one_site_until_it_fails(project, pytester, monkeypatch):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    overrides = root / "overrides.json"
+    overrides.write_text(json.dumps({SITE_HALF: {"scale": 0.4}}))
+    monkeypatch.setenv("HARNESS_TOLERANCE_OVERRIDES", str(overrides))
+    result = pytester.runpytest("-k", "checks")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Tolerance: rtol=4*e-06, atol=0.0*"])
+    overrides.write_text(json.dumps({SITE_HALF: {"scale": 0.6}}))
+    pytester.runpytest("-k", "checks").assert_outcomes(passed=1)
+
+
+def test_a_bad_override_file_is_a_usage_error_naming_it(project, pytester, monkeypatch):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    (root / "o.json").write_text('{"x.py:1": {"scale": "big"}}')
+    monkeypatch.setenv("HARNESS_TOLERANCE_OVERRIDES", str(root / "o.json"))
+    result = pytester.runpytest("-k", "checks")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*o.json*'x.py:1'*"])
+
+
+def test_xdist_workers_append_to_one_file(project, pytester):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    args = ["-p", "xdist", "-n", "2", "--harness-record-errors=rec.jsonl", "--harness-repeat=4"]
+    result = pytester.runpytest(*args, "-k", "checks")
+    result.assert_outcomes(passed=4)
+    records = _records(root / "rec.jsonl")
+    assert len(records) == 16  # 4 runs x 4 sites, no line lost or torn
+    assert len({r["nodeid"] for r in records}) == 4
+
+
+def test_propose_end_to_end_judges_each_site_and_patches_the_literal(
+    project, pytester, monkeypatch
+):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    monkeypatch.chdir(root)
+    out = root / "p.json"
+    result = CliRunner().invoke(
+        main,
+        ["tolerances", "propose", "suites/unit/test_c.py::test_checks", "--runs", "40",
+         "--per-process", "40", "--bootstrap", "20", "--json", str(out), "--write"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    sites = {s["site"]: s for s in json.loads(out.read_text())["sites"]}
+    assert sites[SITE_EXACT]["verdict"].startswith("no fit: every error is 0 over 40 runs")
+    assert sites[SITE_HALF]["verdict"].startswith("no fit: the error does not change")
+    noise = sites[SITE_NOISE]
+    # |N(0, 1e-3)| over 50 draws stays below 5e-3 with probability 1 - 3e-5 per run: a bound
+    # of 1.0 is over a hundred times too loose.
+    assert noise["verdict"].startswith("too loose by"), noise["verdict"]
+    assert noise["proposed_atol"] < 0.05
+    assert "-    assert_close(rng.normal(0.0, 1e-3, 50), np.zeros(50), rtol=0.0, atol=1.0)" in (
+        result.output
+    )
+    assert f"atol={noise['proposed_atol']!r})" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target-failure", "2"], "not a probability"),
+        (["suites/unit/test_c.py::nope", "--runs", "1"], "pytest exited 4"),
+        ([], "give NODEIDs to run, or --records"),
+    ],
+)
+def test_propose_turns_bad_input_into_a_usage_error(project, monkeypatch, args, message):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(main, ["tolerances", "propose", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(project, monkeypatch):
+    from harness import mutation
+
+    root = project({"suites/unit/test_c.py": CHECKS})
+    monkeypatch.chdir(root)
+    seen = []
+
+    def fake_run_module(root_, module, work, *, tests, progress):
+        path = os.environ["HARNESS_TOLERANCE_OVERRIDES"]
+        seen.append((module, tests, json.loads(Path(path).read_text()) if path else None))
+        killed = 5 if path else 4  # a tighter bound kills more
+        return mutation.ModuleResult(
+            path=module,
+            tests=tests,
+            counts={"killed": killed, "survived": 1},
+            survivors=[],
+            seconds=0.0,
+            work_dir="",
+        )
+
+    monkeypatch.setattr(mutation, "run_module", fake_run_module)
+    out = root / "p.json"
+    result = CliRunner().invoke(
+        main,
+        ["tolerances", "propose", "suites/unit/test_c.py::test_checks", "--runs", "30",
+         "--per-process", "30", "--bootstrap", "10", "--mutants", "--module", "m.py",
+         "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (_, tests, current), (_, _, proposed) = seen
+    assert tests == ["suites/unit/test_c.py"] and current is None
+    noise = next(s for s in json.loads(out.read_text())["sites"] if s["site"] == SITE_NOISE)
+    assert proposed[SITE_NOISE] == {"rtol": 0.0, "atol": noise["proposed_atol"]}
+    assert json.loads(out.read_text())["mutants"]["proposed"]["killed"] == 5
+
+
+def test_each_repeat_of_a_hypothesis_test_draws_its_own_examples(project, pytester):
+    root = project(
+        {
+            "suites/unit/test_h.py": """
+                from hypothesis import given, settings, strategies as st
+                from harness import assert_within
+
+
+                @settings(max_examples=5)
+                @given(st.floats(0.0, 0.5))
+                def test_h(x):
+                    assert_within(x, 1.0)
+            """
+        }
+    )
+    result = pytester.runpytest("--harness-repeat=4", "--harness-record-errors=rec.jsonl")
+    result.assert_outcomes(passed=4)
+    used = [r["max_used"] for r in _records(root / "rec.jsonl")]
+    assert len(used) == 4 and len(set(used)) == 4
+
+
+def test_a_sweep_names_the_seeds_under_which_a_test_failed(project, monkeypatch):
+    root = project({"suites/unit/test_f.py": "def test_f():\n    assert False, 'broken'\n"})
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(
+        main, ["tolerances", "propose", "suites/unit/test_f.py::test_f", "--runs", "2"]
+    )
+    assert result.exit_code == 2  # nothing recorded: a usage error, after the warning
+    assert "a test failed under --harness-seed=" in result.output
+    assert "no check was recorded" in result.output
