@@ -76,7 +76,7 @@ def merge_command(folders: tuple[Path, ...], report_dir: Path, expect_shards: in
     name="durations",
     epilog="""\b
 Examples (no test is run again; the reports' recorded times are used):
-  harness report durations reports/merged/report.json       # CI's merged unit+property shards
+  harness report durations reports/unit-property/report.json  # ci.yml's merged shards
   make test ARGS=--harness-json=reports/full.json             # or a full local run, then
   harness report durations reports/full.json --tier unit,property --replace
 """,
