@@ -5,7 +5,9 @@ The splitting itself is pytest-split's (``--splits N --group K``, algorithm
 Durations come from ``.test_durations`` in the repository root (pytest-split's JSON map of
 node id -> seconds, committed); a test missing from it counts as the average of the known ones,
 so a new test never breaks the split, it only balances it less well. Refresh the file with
-``harness run --store-durations`` (docs/harness.md, "Shards").
+``harness run --store-durations``, or, without running anything, from the JSON reports of a
+run that already happened (a full ``make test``, CI's merged shards) with ``harness report
+durations`` (:func:`durations_from_reports`; docs/harness.md, "Shards").
 
 What a shard must record so that ``harness report merge`` can prove the shards add up to the
 whole run (:mod:`harness.merge`): which shard it was (K of N), and the node ids of the whole
@@ -36,9 +38,12 @@ __all__ = [
     "MAX_SHARDS",
     "Shard",
     "ShardError",
+    "TIMED_OUTCOMES",
     "annotate_report",
     "check_durations",
     "collection_digest",
+    "durations_from_reports",
+    "durations_text",
     "origin",
     "pytest_args",
     "store_durations_args",
@@ -160,6 +165,63 @@ def pytest_args(shard: Shard, durations_path: Path, collection_path: Path) -> li
 def store_durations_args(durations_path: Path) -> list[str]:
     """pytest-split's arguments to record this run's durations (merged into the file)."""
     return ["--store-durations", f"--durations-path={durations_path}"]
+
+
+TIMED_OUTCOMES = ("passed", "failed", "quarantined", "xfailed", "xpassed")
+"""Outcomes whose recorded time is the test's own: a skipped test's few milliseconds (or an
+error's, at set-up) say nothing about how long it runs, and would pull the average that
+pytest-split gives unrecorded tests down."""
+
+
+def durations_from_reports(
+    reports: Sequence[tuple[str, Mapping[str, Any]]], tiers: Sequence[str] | None = None
+) -> dict[str, float]:
+    """Node id -> seconds, from the JSON reports (``report.json``) of runs that already
+    happened: a test's ``duration_s`` is set-up + call + tear-down, the same sum pytest-split's
+    ``--store-durations`` records. ``reports`` are (name, parsed report) pairs, the name for
+    errors; a test in several reports gets the mean of its times. Only tests of ``tiers`` are
+    kept when given, and only :data:`TIMED_OUTCOMES`.
+
+    Raises :class:`ShardError` for a report that holds no run (an aborted or skipped run's
+    placeholder, no ``tests`` list) or a test record without a finite time >= 0.
+    """
+    wanted = set(tiers) if tiers is not None else None
+    times: dict[str, list[float]] = {}
+    for name, report in reports:
+        tests = report.get("tests") if isinstance(report, Mapping) else None
+        if not isinstance(tests, list) or report.get("status") in ("aborted", "skipped"):
+            status = report.get("status") if isinstance(report, Mapping) else None
+            raise ShardError(
+                f"{name}: not the report of a run that ran tests (status {status!r}); give "
+                "the report.json of a finished run"
+            )
+        for test in tests:
+            if not isinstance(test, Mapping) or not isinstance(test.get("nodeid"), str):
+                raise ShardError(f"{name}: a test record without a node id: {test!r}")
+            if test.get("outcome") not in TIMED_OUTCOMES:
+                continue
+            if wanted is not None and test.get("tier") not in wanted:
+                continue
+            seconds = test.get("duration_s")
+            if (
+                not isinstance(seconds, int | float)
+                or isinstance(seconds, bool)
+                or not math.isfinite(seconds)
+                or seconds < 0
+            ):
+                raise ShardError(
+                    f"{name}: {test['nodeid']!r} has duration_s {seconds!r}, not a number of "
+                    "seconds >= 0"
+                )
+            times.setdefault(test["nodeid"], []).append(float(seconds))
+    return {nodeid: sum(values) / len(values) for nodeid, values in times.items()}
+
+
+def durations_text(durations: Mapping[str, float]) -> str:
+    """The durations file's text: sorted keys, one per line, milliseconds (as committed; a
+    refresh then changes only the lines whose times moved)."""
+    rounded = {nodeid: round(seconds, 3) for nodeid, seconds in durations.items()}
+    return json.dumps(rounded, sort_keys=True, indent=1) + "\n"
 
 
 def collection_digest(nodeids: Sequence[str]) -> str:

@@ -276,7 +276,15 @@ def test_a_server_killed_and_restarted_mid_epoch_does_not_disturb_the_epoch(
     assert paused.wait(30), "the reader never got 30 samples"
     server.kill()  # SIGKILL: no shutdown handlers
     killed.set()
-    time.sleep(1.0)  # the reader now fails and backs off
+    # The reader now fails and backs off: restart once a read has failed, not after a fixed
+    # sleep (1 s used to stand here; on a loaded runner the reader thread may not even be
+    # scheduled again within it, and the restarted server would then never be missed). With
+    # 40 attempts and backoff up to 0.5 s the reader keeps retrying for ~18 s, so the restart
+    # below always comes while it still is.
+    deadline = time.monotonic() + 60
+    while not ds.metrics.retries and reader.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ds.metrics.retries > 0, "no read failed while the server was down"
     server.restart()  # same data directory and ports; waits for a real PUT+GET
     reader.join(60)
     assert not reader.is_alive(), "the epoch did not finish within 60 s of the restart"

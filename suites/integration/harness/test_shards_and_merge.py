@@ -7,6 +7,7 @@ shard, as on separate runners), then merges the folders the shards wrote.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import xml.etree.ElementTree as ET
@@ -147,6 +148,46 @@ def test_shards_are_balanced_by_recorded_durations_not_by_count(work, pytester):
     slow = next(s for s in shards if "suites/unit/test_work.py::test_slow" in s)
     other = next(s for s in shards if s is not slow)
     assert len(slow) < len(other)  # a split by count would give them 4 and 3 the other way
+
+
+def _collected_shards(pytester, durations):
+    (pytester.path / ".test_durations").write_text(json.dumps(durations))
+    shards: list[list[str]] = []
+    estimates: list[list[str]] = []
+    for k in (1, 2):
+        result = pytester.runpytest(
+            "--co", "-q", "-p", "harness.shard_plugin", "--splits=2", f"--group={k}",
+            "--splitting-algorithm=least_duration", "--durations-path=.test_durations",
+            "-k", "not flaky",
+        )  # fmt: skip
+        shards.append([line for line in result.outlines if line.startswith("suites/")])
+        estimates.append(re.findall(r"estimated duration: ([0-9.]+)s", result.stdout.str()))
+    return shards, estimates
+
+
+def test_tests_missing_from_the_durations_file_count_as_the_known_average_and_stale_ones_nothing(
+    work, pytester
+):
+    # The committed file always lags the suites (tests added since it was recorded: about half
+    # of the unit and property tiers when this test was written; and entries of tests since
+    # deleted or renamed). Known here: test_slow (8 s) and the four quick ones (1 s each), so
+    # the average is 12 s / 5 = 2.4 s; the two test_mid are missing; a deleted test's stale
+    # entry says 1000 s. Longest first, each to the lighter shard: test_slow alone (8 s) on one
+    # side, both test_mid (2 x 2.4 s) and the quick ones on the other (8.8 s), which is what
+    # each shard estimates. Were the stale entry averaged in (~169 s per missing test), the
+    # two test_mid would go to different shards; were missing tests counted as 0, the other
+    # shard would estimate 4 s; were they dropped, they would run in no shard.
+    known = {t: s for t, s in DURATIONS.items() if "test_mid" not in t}
+    gone = {"suites/unit/test_gone.py::test_gone": 1000.0}
+    shards, estimates = _collected_shards(pytester, {**known, **gone})
+    assert sorted(shards[0] + shards[1]) == sorted(DURATIONS)  # every test runs, once
+    alone = next(s for s in shards if "suites/unit/test_work.py::test_slow" in s)
+    assert alone == ["suites/unit/test_work.py::test_slow"], shards
+    assert sorted(e for shard in estimates for e in shard) == ["8.00", "8.80"], estimates
+    # A file that knows none of the collected tests (every one renamed) splits by count.
+    shards, _ = _collected_shards(pytester, gone)
+    assert sorted(shards[0] + shards[1]) == sorted(DURATIONS)
+    assert sorted(len(s) for s in shards) == [3, 4], shards
 
 
 def test_a_failure_in_one_shard_fails_the_merge_and_a_missing_shard_fails_it_too(

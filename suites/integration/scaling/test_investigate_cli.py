@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -113,9 +114,26 @@ def test_a_loader_that_raises_fails_the_run_with_its_message(tmp_path):
 
 
 def test_a_hanging_rank_is_killed_and_the_report_says_where_it_stopped(tmp_path):
+    # The launch's time limit counts from the rank's process start, so it must cover the
+    # rank's start-up (a fresh interpreter importing torch: 10-11 s alone, niced, at load 12 on
+    # the 2 cores) and the steps before the hang. A fixed 15 s (what this test used to
+    # give) leaves ~4 s for those at that load. So the limit is derived from the same work
+    # measured now: a run that stops at the same point (its loader raises at batch 3) is
+    # timed, and the hanging run gets twice that (the probe also writes its failure report
+    # after that point, so 2x of it is more than 2x of what the hang needs; three probes in a
+    # row at load 11 took 16-21 s), and never less than the 15 s that suffice when idle.
+    probe = InvestigateConfig(
+        world_sizes=(1,), steps=6, warmup=1, overhead_blocks=0, loader_fail_at=3, timeout_s=120
+    )
+    (tmp_path / "probe").mkdir()
+    started = time.monotonic()
+    assert investigate(probe, tmp_path / "probe", log=lambda _: None)["ok"] is False
+    probe_s = time.monotonic() - started
+    timeout_s = max(15.0, 2 * probe_s)
+    print(f"start-up and 3 batches: {probe_s:.1f} s; the hanging run's limit: {timeout_s:.1f} s")
     # warm-up 1, then timed steps 0, 1, ...: the rank blocks before its 4th step (timed step 2).
     cfg = InvestigateConfig(
-        world_sizes=(1,), steps=6, warmup=1, overhead_blocks=0, hang_at_step=3, timeout_s=15
+        world_sizes=(1,), steps=6, warmup=1, overhead_blocks=0, hang_at_step=3, timeout_s=timeout_s
     )
     report = investigate(cfg, tmp_path, log=lambda _: None)
     assert report["ok"] is False

@@ -240,3 +240,38 @@ def test_a_random_profile_is_tied_to_the_runs_seed_unless_a_seed_was_given(hypo)
 def test_a_derandomized_profile_is_not_given_a_seed(hypo):
     seeding.load_hypothesis_profile(None, ci=True, seed=99)
     assert hypo.core.global_force_seed is None
+
+
+def test_nightly_raises_a_pinned_count_fivefold_up_to_a_quarter_of_the_profile(hypo):
+    # Called directly: the plugin test (test_plugin_tiers_and_seeds.py) covers x5 and a count
+    # already over the cap, through an inner pytest run; the cap itself is checked here. A
+    # count it sets must stay an int: hypothesis refuses max_examples=500.0, so a cap computed
+    # as 2000 / 4 would crash every capped test under the nightly profile (a mutant that
+    # survived mutation testing on 2026-12-02).
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    def pinned(count):
+        @settings(max_examples=count, database=None)
+        @given(st.integers())
+        def t(x):
+            pass
+
+        return t
+
+    settings.load_profile("nightly")  # 2000 examples: the cap is 500
+    small, capped, large = pinned(8), pinned(150), pinned(600)
+    assert seeding.nightly_examples(small, "nightly") == 40
+    assert small._hypothesis_internal_use_settings.max_examples == 40
+    assert seeding.nightly_examples(small, "nightly") is None  # once per function
+    assert small._hypothesis_internal_use_settings.max_examples == 40
+    assert seeding.nightly_examples(capped, "nightly") == 500  # 750, capped
+    count = capped._hypothesis_internal_use_settings.max_examples
+    assert count == 500 and type(count) is int
+    assert seeding.nightly_examples(large, "nightly") is None  # over the cap: left alone
+    assert large._hypothesis_internal_use_settings.max_examples == 600
+    assert seeding.nightly_examples(given(st.integers())(lambda x: None), "nightly") is None
+    assert seeding.nightly_examples(lambda: None, "nightly") is None  # not a hypothesis test
+    other = pinned(8)
+    assert seeding.nightly_examples(other, "ci") is None  # only the nightly profile
+    assert other._hypothesis_internal_use_settings.max_examples == 8
