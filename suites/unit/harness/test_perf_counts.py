@@ -1,0 +1,236 @@
+"""The instruction-count tier's logic (harness/perf/counts.py, gating.apply_counts).
+
+Counts and A/B pairs here are constructed or drawn from a seeded generator: the verdicts do
+not depend on Valgrind or on how busy the machine is. The real Valgrind run is
+suites/integration/harness/test_perf_counts.py.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli.perf import perf as perf_cli
+from harness.perf import PerfError, counts
+from harness.perf.ab import ABResult
+from harness.perf.counts import CountResult, CountSide, CountVerdict, judge_counts
+from harness.perf.gate_report import EXIT_OK, EXIT_REGRESSION, EXIT_UNDECIDED, GateReport, Row
+from harness.perf.gate_report import RowStatus as S
+from harness.perf.gating import apply_counts
+
+BASE = [1_000_000.0, 1_000_003.0, 999_998.0]  # per-call counts, repeats of one side
+
+
+def scaled(values: list[float], factor: float) -> list[float]:
+    return [v * factor for v in values]
+
+
+@pytest.mark.parametrize(
+    ("factor", "verdict"),
+    [
+        (1.10, CountVerdict.REGRESSED),
+        (1.05, CountVerdict.REGRESSED),  # the threshold itself is a regression
+        (1.049, CountVerdict.UNCHANGED),
+        (1.0, CountVerdict.UNCHANGED),
+        (0.96, CountVerdict.UNCHANGED),
+        (1 / 1.05, CountVerdict.IMPROVED),
+        (0.5, CountVerdict.IMPROVED),
+    ],
+)
+def test_the_count_ratio_against_the_threshold_gives_the_count_verdict(factor, verdict):
+    found = judge_counts(BASE, scaled(BASE, factor), 0.05)
+    assert found.verdict is verdict
+    assert found.ratio == pytest.approx(factor, rel=1e-5)
+
+
+def test_a_per_benchmark_threshold_moves_the_line():
+    assert judge_counts(BASE, scaled(BASE, 1.08), 0.10).verdict is CountVerdict.UNCHANGED
+    assert judge_counts(BASE, scaled(BASE, 1.08), 0.05).verdict is CountVerdict.REGRESSED
+
+
+def test_repeats_that_disagree_are_unstable_not_unchanged():
+    # 1% apart within one side is a quarter of a 4% threshold: not a deterministic count.
+    wobbly = [1_000_000.0, 1_020_000.0, 1_010_000.0]
+    found = judge_counts(BASE, wobbly, 0.04)
+    assert found.verdict is CountVerdict.UNSTABLE
+    assert found.spread == pytest.approx(0.02)
+    # The same spread is stable enough at a 10% threshold.
+    assert judge_counts(BASE, wobbly, 0.10).verdict is CountVerdict.UNCHANGED
+
+
+def test_no_count_on_a_side_is_a_failed_count():
+    assert judge_counts(BASE, [], 0.05).verdict is CountVerdict.FAILED
+    assert judge_counts([0.0, math.nan], BASE, 0.05).verdict is CountVerdict.FAILED
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, math.inf, math.nan, 10, True])
+def test_a_threshold_that_is_not_a_fraction_is_refused_by_name(bad):
+    with pytest.raises(PerfError, match="not a count threshold"):
+        counts.check_threshold(bad)
+
+
+def side(per_call: list[float], **kw) -> CountSide:
+    return CountSide(per_call, {}, 100, 1.0, **kw)
+
+
+def test_a_benchmark_setting_its_own_threshold_is_judged_at_it():
+    result = CountResult("b.T.time_x", side(BASE), side(scaled(BASE, 1.08), setting=0.1))
+    assert result.judge(0.05).verdict is CountVerdict.UNCHANGED
+    assert result.judge(0.05).threshold == 0.1
+
+
+def test_an_ineligible_side_or_a_failed_run_is_said_so():
+    waits = CountResult("b", side(BASE), side(BASE, ineligible="waited 3 times"))
+    found = waits.judge(0.05)
+    assert found.verdict is CountVerdict.INELIGIBLE and "head: waited 3 times" in found.why
+    failed = CountResult("b", side(BASE), None, error="head: valgrind exited 1")
+    assert failed.judge(0.05).verdict is CountVerdict.FAILED
+
+
+def test_worker_reports_become_counts_per_call_and_ineligibility():
+    dumps = {
+        "harness-rep-0": {"Ir": 1_002_000, "D1mr": 500},
+        "harness-rep-1": {"Ir": 1_002_010, "D1mr": 700},
+        "harness-empty": {"Ir": 2_000, "D1mr": 100},
+    }
+    reply = {"number": 10, "reps": 2, "threads": 1, "waits": 0, "children_cpu_s": 0.0}
+    got = counts._side_from(reply, dumps, 3.0)
+    assert got.per_call == [100_000.0, 100_001.0]
+    assert got.events == {"D1mr": 50.0}
+    assert got.ineligible == ""
+    busy = dict(reply, threads=4, waits=2, children_cpu_s=0.5, blocks=8, cuda=True)
+    why = counts._side_from(busy, dumps, 3.0).ineligible
+    for part in ("4 threads", "waited 2 times", "child processes", "block I/O", "CUDA"):
+        assert part in why
+    assert counts._side_from({"opt_out": "harness_counts = False"}, {}, 1.0).ineligible
+
+
+def test_callgrind_part_files_are_read_by_their_dump_name(tmp_path):
+    prefix = tmp_path / "callgrind.out"
+    (tmp_path / "callgrind.out.1").write_text(
+        "version: 1\ndesc: Trigger: Client Request: harness-rep-0\nevents: Ir Dr\n"
+        "fn=(1) f\n3 5 1\nsummary: 123 45\ntotals: 123 45\n"
+    )
+    (tmp_path / "callgrind.out.2").write_text(
+        "desc: Trigger: Client Request: harness-empty\nevents: Ir Dr\ntotals: 7 1\n"
+    )
+    assert counts.parse_dumps(prefix) == {
+        "harness-rep-0": {"Ir": 123, "Dr": 45},
+        "harness-empty": {"Ir": 7, "Dr": 1},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The counts and the A/B confirmation together (gating.apply_counts)
+
+
+def report_with(status: S = S.UNCHANGED) -> GateReport:
+    row = Row("b.T.time_x", "env", status, 1.0, 1.0, "seconds", 60, 60, ratio=1.0, kind="time")
+    row.low, row.high, row.factor_used = 0.98, 1.02, 1.2
+    code = {S.UNCHANGED: EXIT_OK, S.UNDECIDED: EXIT_UNDECIDED}[status]
+    return GateReport(code, "a" * 40, "b" * 40, "m", 1.2, [row], [])
+
+
+def pairs(ratio: float, noise: float, n: int = 60, seed: int = 1) -> ABResult:
+    rng = random.Random(seed)
+    base = [1e-3 * math.exp(rng.gauss(0, noise)) for _ in range(n)]
+    head = [ratio * 1e-3 * math.exp(rng.gauss(0, noise)) for _ in range(n)]
+    return ABResult("b.T.time_x", base, head)
+
+
+def count(ratio: float) -> dict[str, counts.CountComparison]:
+    return {"b.T.time_x": judge_counts(BASE, scaled(BASE, ratio), 0.05)}
+
+
+def test_a_count_regression_confirmed_by_ab_pairs_fails_the_gate():
+    out = apply_counts(report_with(), count(1.10), {"b.T.time_x": pairs(1.10, 0.01)})
+    assert out.exit_code == EXIT_REGRESSION
+    assert out.rows[0].status is S.REGRESSED
+    assert "confirmed by A/B at 1.05" in out.rows[0].counts
+    assert out.rows[0].method == "A/B pairs (count confirmation)"
+
+
+def test_a_count_regression_the_pairs_refute_keeps_the_rows_verdict():
+    out = apply_counts(report_with(), count(1.10), {"b.T.time_x": pairs(1.0, 0.005)})
+    assert out.exit_code == EXIT_OK
+    assert out.rows[0].status is S.UNCHANGED
+    assert "not confirmed" in out.rows[0].counts
+
+
+def test_a_count_regression_the_pairs_cannot_tell_is_undecided_never_ok():
+    out = apply_counts(report_with(), count(1.10), {"b.T.time_x": pairs(1.05, 0.3)})
+    assert out.exit_code == EXIT_UNDECIDED
+    assert out.rows[0].status is S.UNDECIDED
+    assert "neither confirmed nor refuted" in out.rows[0].counts
+    failed = ABResult("b.T.time_x", [], [], error="base: worker exited 1")
+    out = apply_counts(report_with(), count(1.10), {"b.T.time_x": failed})
+    assert out.exit_code == EXIT_UNDECIDED
+    assert "confirmation failed" in out.rows[0].counts
+
+
+def test_an_unchanged_count_never_clears_an_undecided_row():
+    out = apply_counts(report_with(S.UNDECIDED), count(1.0), {})
+    assert out.exit_code == EXIT_UNDECIDED
+    assert out.rows[0].status is S.UNDECIDED
+    assert "count unchanged" in out.rows[0].counts
+
+
+def test_an_unchanged_count_is_evidence_only_and_a_failed_count_is_exit_2():
+    assert apply_counts(report_with(), count(1.01), {}).exit_code == EXIT_OK
+    failed = {"b.T.time_x": judge_counts([], BASE, 0.05)}
+    out = apply_counts(report_with(), failed, {})
+    assert out.exit_code == EXIT_UNDECIDED
+    assert any("could not decide" in p for p in out.problems)
+
+
+# --------------------------------------------------------------------------------------------
+# Missing tools: clear errors, exit 2, before any work
+
+
+def test_a_missing_valgrind_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(PerfError, match="valgrind"):
+        counts.find_valgrind()
+
+
+def test_a_missing_compiler_or_header_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", "no-such-cc-here")
+    with pytest.raises(PerfError, match="'no-such-cc-here'"):
+        counts.build_shim(tmp_path / "cache")
+    fake = tmp_path / "fakecc"
+    fake.write_text(
+        "#!/bin/sh\necho 'shim.c:1:10: fatal error: valgrind/callgrind.h: No such file' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    with pytest.raises(PerfError, match=r"valgrind/callgrind\.h was not found"):
+        counts.build_shim(tmp_path / "cache")
+
+
+def test_gate_and_ci_with_counts_exit_2_naming_valgrind_when_it_is_missing(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for args in (["gate", "HEAD~1", "HEAD", "--counts"], ["ci", "--counts"]):
+        result = CliRunner().invoke(perf_cli, args)
+        assert result.exit_code == 2, result.output
+        assert "valgrind" in result.output.lower()
+
+
+def test_a_bad_counts_threshold_on_the_command_line_exits_2_naming_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(perf_cli, ["gate", "A", "B", "--counts-threshold", "inf"])
+    assert result.exit_code == 2
+    assert "inf" in result.output
+
+
+def test_the_shim_is_built_once_into_the_cache(tmp_path):
+    if counts.shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists():
+        pytest.skip("no C compiler or no valgrind/callgrind.h on this machine")
+    first = counts.build_shim(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert counts.build_shim(tmp_path) == first and first.stat().st_mtime_ns == stamp
