@@ -16,7 +16,8 @@ pytest-codspeed uses the same requests around its timed region); the driver comp
 (counts.py). Around each region the worker reads what would make counts meaningless: threads
 (``/proc/self/status``), voluntary context switches (sleeps, I/O, locks, waiting for a child),
 child processes' CPU time and block I/O. It writes OUT (JSON): ``{"ok": true, "number": N,
-"reps": R, "waits": ..., "threads": ..., "children_cpu_s": ..., "blocks": ...,
+"reps": R, "waits": regions that waited, "threads": ..., "children_cpu_s": ...,
+"blocks": regions with block I/O,
 "opt_out": null | "reason"}`` or ``{"ok": false, "error": "..."}``.
 """
 
@@ -25,8 +26,11 @@ import json
 import os
 import resource
 import sys
+import time
 import traceback
 from typing import Any
+
+REGION_S = 0.2
 
 
 def _threads() -> int:
@@ -63,18 +67,36 @@ def _count(shim_path: str, root: str, name: str, repeats: int) -> dict[str, Any]
     if setting is False:
         return {"ok": True, "opt_out": "harness_counts = False", "setting": None}
     bench, timer, number = ab_worker._load(root, name)
-    timer.timeit(number)  # one more warm call after the warm-up: the adaptive interpreter
+    # Instrumentation starts here (the run began with --instr-atstart=no: setup ran at
+    # Valgrind's fastest); the calls below are instrumented and warm the adaptive interpreter.
+    shim.harness_start_instrumentation()
+    # A counted region of at least REGION_S of CPU time under Valgrind: a few 10k instructions
+    # now and then (allocator, interpreter housekeeping) are then ~0.1% of it, not percents.
+    while True:
+        start = time.process_time()
+        timer.timeit(number)
+        if time.process_time() - start >= REGION_S or number >= 10**7:
+            break
+        number *= 2
     threads_before = _threads()
-    self0 = resource.getrusage(resource.RUSAGE_SELF)
-    child0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Per counted region: how many waited, did block I/O. A region that waits once (a page
+    # read back in, memory reclaim) is chance; a benchmark that sleeps or reads waits in all.
+    waits = blocks = 0
+    children_cpu = 0.0
     for rep in range(repeats):
+        # Only the counted calls are watched: the dump below writes a file itself.
+        self0 = resource.getrusage(resource.RUSAGE_SELF)
+        child0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         shim.harness_zero()
         shim.harness_toggle()
         timer.timeit(number)
         shim.harness_toggle()
+        self1 = resource.getrusage(resource.RUSAGE_SELF)
+        child1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         shim.harness_dump(f"harness-rep-{rep}".encode())
-    self1 = resource.getrusage(resource.RUSAGE_SELF)
-    child1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        waits += self1.ru_nvcsw > self0.ru_nvcsw
+        blocks += (self1.ru_inblock + self1.ru_oublock) > (self0.ru_inblock + self0.ru_oublock)
+        children_cpu += (child1.ru_utime + child1.ru_stime) - (child0.ru_utime + child0.ru_stime)
     threads = max(threads_before, _threads())
     shim.harness_zero()
     shim.harness_toggle()

@@ -32,14 +32,14 @@ def test_ten_percent_more_iterations_is_a_count_regression_and_unchanged_code_is
     n = BASE_N // 10
     repo, sha = make_repo(tmp_path, n=n)
     cache = tmp_path / "cache"
-    same = counts.measure_counts(repo, sha, [NAME], repeats=2, cache_dir=cache)[NAME]
+    same = counts.measure_counts(repo, sha, [NAME], repeats=3, cache_dir=cache)[NAME]
     found = same.judge(0.05)
     assert found.verdict is CountVerdict.UNCHANGED, (found, same.error)
     assert abs(found.ratio - 1) < 0.005, found  # A/A: docs/perf.md measured ~1e-5
     assert same.base is not None and same.base.per_call[0] > 10 * n  # it counted the loop
 
     (repo / "benchmarks" / "tinylib.py").write_text(TINYLIB.format(n=n + n // 10))
-    slower = counts.measure_counts(repo, sha, [NAME], repeats=2, cache_dir=cache)[NAME]
+    slower = counts.measure_counts(repo, sha, [NAME], repeats=3, cache_dir=cache)[NAME]
     found = slower.judge(0.05)
     assert found.verdict is CountVerdict.REGRESSED, (found, slower.error)
     # Almost all of a call is the loop: 10% more iterations is close to 10% more instructions.
