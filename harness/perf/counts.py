@@ -52,9 +52,9 @@ MAX_COUNT_THRESHOLD = 9.0
 # Counted regions per side (one process): their spread is what the verdict calls unstable.
 DEFAULT_REPEATS = 5
 # Within one side, a median of the repeats further than this fraction of the threshold above
-# their smallest is not a deterministic count (the benchmark's work depends on something else: time, randomness,
-# another thread): the count verdict is then "unstable" and A/B pairs decide as for a
-# count regression.
+# their smallest is not a deterministic count (the benchmark's work depends on something
+# else: time, randomness, another thread): the count verdict is then "unstable" and A/B pairs
+# decide as for a count regression.
 UNSTABLE_SHARE = 0.25
 # One side's Valgrind run is killed after this long (Valgrind runs Python ~50x slower).
 VALGRIND_TIMEOUT_S = 900.0
@@ -317,7 +317,8 @@ def _side_from(reply: dict[str, Any], dumps: dict[str, dict[str, int]], wall: fl
     # Every counted region waited (a sleep, I/O, a lock, a child): one that did is chance.
     if reply.get("waits", 0) >= regions:
         reasons.append(
-            f"waited in {reply['waits']} of {regions} counted regions (sleep, I/O, a lock or a child)"
+            f"waited in {reply['waits']} of {regions} counted regions "
+            "(sleep, I/O, a lock or a child)"
         )
     if reply.get("children_cpu_s", 0) > 0:
         reasons.append("ran child processes")

@@ -410,10 +410,10 @@ def apply_counts(
             continue
         ab = confirm.get(row.name)
         if ab is None or ab.error is not None or not ab.base:
-            why = "not measured" if ab is None else (ab.error or "no samples")
-            row.counts = f"{desc}; A/B confirmation failed ({why})"
+            reason = "not measured" if ab is None else (ab.error or "no samples")
+            row.counts = f"{desc}; A/B confirmation failed ({reason})"
             if row.status not in FAILING:
-                failed.append(f"`{row.name}`: {desc}, and its A/B confirmation failed: {why}")
+                failed.append(f"`{row.name}`: {desc}, and its A/B confirmation failed: {reason}")
             continue
         check = judge_pairs(ab.base, ab.head, 1 + found.threshold)
         summary = (
