@@ -5,18 +5,20 @@ Started by harness.perf.counts as a script under Valgrind (``valgrind --tool=cal
 never imported as part of ``harness``: the base side runs with the base commit's code ahead on
 sys.path. It sits in one folder with a copy of ``_ab_worker.py`` (as ``ab_worker.py``) and
 sets the benchmark up exactly as the A/B worker does (asv's own discovery, setup_cache, setup,
-``number`` calls per sample, warm-up). Then, REPEATS times: callgrind's counters are zeroed,
-collection is switched on, the timed function is called ``number`` times (asv's timer, gc off
-as timeit does), collection is switched off and the counters are dumped as part
-``harness-rep-<i>`` (callgrind writes one file per dump). One more, empty, region
-(``harness-empty``) measures what switching costs, which the driver subtracts.
+``number`` calls per sample, warm-up; ``number`` doubled until a region takes 0.2 s under
+Valgrind). Instrumentation starts only then (Valgrind runs with ``--instr-atstart=no``).
+Then, REPEATS times, two regions: callgrind's counters are zeroed, collection is switched on,
+the timed function is called ``number`` times (part ``a``) or ``2 * number`` times (part
+``b``; asv's timer, gc off as timeit does), collection is switched off and the counters are
+dumped as ``harness-rep-<i>-<part>`` (callgrind writes one file per dump). The driver takes
+b - a: what a region costs whatever it holds cancels.
 
-SHIM is a shared library of four functions around callgrind's client requests (CodSpeed's
+SHIM is a shared library of five functions around callgrind's client requests (CodSpeed's
 pytest-codspeed uses the same requests around its timed region); the driver compiles it
 (counts.py). Around each region the worker reads what would make counts meaningless: threads
 (``/proc/self/status``), voluntary context switches (sleeps, I/O, locks, waiting for a child),
 child processes' CPU time and block I/O. It writes OUT (JSON): ``{"ok": true, "number": N,
-"reps": R, "waits": regions that waited, "threads": ..., "children_cpu_s": ...,
+"reps": R, "regions": 2R, "waits": regions that waited, "threads": ..., "children_cpu_s": ...,
 "blocks": regions with block I/O,
 "opt_out": null | "reason"}`` or ``{"ok": false, "error": "..."}``.
 """
@@ -84,24 +86,27 @@ def _count(shim_path: str, root: str, name: str, repeats: int) -> dict[str, Any]
     waits = blocks = 0
     children_cpu = 0.0
     for rep in range(repeats):
-        # Only the counted calls are watched: the dump below writes a file itself.
-        self0 = resource.getrusage(resource.RUSAGE_SELF)
-        child0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        shim.harness_zero()
-        shim.harness_toggle()
-        timer.timeit(number)
-        shim.harness_toggle()
-        self1 = resource.getrusage(resource.RUSAGE_SELF)
-        child1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        shim.harness_dump(f"harness-rep-{rep}".encode())
-        waits += self1.ru_nvcsw > self0.ru_nvcsw
-        blocks += (self1.ru_inblock + self1.ru_oublock) > (self0.ru_inblock + self0.ru_oublock)
-        children_cpu += (child1.ru_utime + child1.ru_stime) - (child0.ru_utime + child0.ru_stime)
+        # Two regions per repeat, ``number`` calls and ``2 * number``: their difference is the
+        # count of ``number`` calls without what a region costs whatever it holds (~1e5
+        # instructions: timeit's set-up, the switching), which would otherwise depend on
+        # ``number``, itself picked by timing (docs/perf.md).
+        for part, calls in (("a", number), ("b", 2 * number)):
+            # Only the counted calls are watched: the dump below writes a file itself.
+            self0 = resource.getrusage(resource.RUSAGE_SELF)
+            child0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            shim.harness_zero()
+            shim.harness_toggle()
+            timer.timeit(calls)
+            shim.harness_toggle()
+            self1 = resource.getrusage(resource.RUSAGE_SELF)
+            child1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            shim.harness_dump(f"harness-rep-{rep}-{part}".encode())
+            waits += self1.ru_nvcsw > self0.ru_nvcsw
+            blocks += (self1.ru_inblock + self1.ru_oublock) > (self0.ru_inblock + self0.ru_oublock)
+            children_cpu += (child1.ru_utime + child1.ru_stime) - (
+                child0.ru_utime + child0.ru_stime
+            )
     threads = max(threads_before, _threads())
-    shim.harness_zero()
-    shim.harness_toggle()
-    shim.harness_toggle()
-    shim.harness_dump(b"harness-empty")
     bench.do_teardown()
     return {
         "ok": True,
@@ -109,6 +114,7 @@ def _count(shim_path: str, root: str, name: str, repeats: int) -> dict[str, Any]
         "setting": setting if isinstance(setting, (int, float)) else None,
         "number": number,
         "reps": repeats,
+        "regions": 2 * repeats,
         "threads": threads,
         "waits": self1.ru_nvcsw - self0.ru_nvcsw,
         "blocks": (self1.ru_inblock - self0.ru_inblock) + (self1.ru_oublock - self0.ru_oublock),

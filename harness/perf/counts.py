@@ -298,22 +298,25 @@ def _side_from(reply: dict[str, Any], dumps: dict[str, dict[str, int]], wall: fl
     if reply.get("opt_out"):
         return CountSide([], {}, 0, wall, ineligible=str(reply["opt_out"]))
     number = int(reply["number"])
-    empty = dumps.get("harness-empty", {})
-    reps = [
-        dumps[f"harness-rep-{i}"] for i in range(int(reply["reps"])) if f"harness-rep-{i}" in dumps
-    ]
-    if not reps:
+    reps = int(reply["reps"])
+    small = [dumps[f"harness-rep-{i}-a"] for i in range(reps) if f"harness-rep-{i}-a" in dumps]
+    large = [dumps[f"harness-rep-{i}-b"] for i in range(reps) if f"harness-rep-{i}-b" in dumps]
+    if not small or not large:
         raise PerfError("callgrind wrote no counted region (did the shim run under valgrind?)")
-    per_call = [(r.get("Ir", 0) - empty.get("Ir", 0)) / number for r in reps]
+    # number calls = (a region of 2 * number calls) - (one of number calls): what a region
+    # costs whatever it holds cancels. The smallest small region is the reference: pymalloc
+    # adds to some regions, never takes away, so a spike shows as one large per-call value.
+    floor = {ev: min(r.get(ev, 0) for r in small) for ev in large[0]}
+    per_call = [(r.get("Ir", 0) - floor.get("Ir", 0)) / number for r in large]
     events = {
-        ev: statistics.median((r[ev] - empty.get(ev, 0)) / number for r in reps)
-        for ev in reps[0]
+        ev: statistics.median((r[ev] - floor[ev]) / number for r in large)
+        for ev in large[0]
         if ev != "Ir"
     }
     reasons = []
     if reply.get("threads", 1) > 1:
         reasons.append(f"{reply['threads']} threads")
-    regions = int(reply.get("reps", 1))
+    regions = int(reply.get("regions", reps))
     # Every counted region waited (a sleep, I/O, a lock, a child): one that did is chance.
     if reply.get("waits", 0) >= regions:
         reasons.append(

@@ -100,23 +100,28 @@ def test_an_ineligible_side_or_a_failed_run_is_said_so():
 
 
 def test_worker_reports_become_counts_per_call_and_ineligibility():
+    # Two repeats of (10 calls, 20 calls), each region carrying 5,000 of its own: the
+    # difference of a large region and the smallest small one is 10 calls' count.
     dumps = {
-        "harness-rep-0": {"Ir": 1_002_000, "D1mr": 500},
-        "harness-rep-1": {"Ir": 1_002_010, "D1mr": 700},
-        "harness-empty": {"Ir": 2_000, "D1mr": 100},
+        "harness-rep-0-a": {"Ir": 1_005_000, "D1mr": 600},
+        "harness-rep-0-b": {"Ir": 2_005_000, "D1mr": 1_100},
+        "harness-rep-1-a": {"Ir": 1_045_000, "D1mr": 700},  # an allocator spike
+        "harness-rep-1-b": {"Ir": 2_005_010, "D1mr": 1_200},
     }
-    reply = {"number": 10, "reps": 2, "threads": 1, "waits": 0, "children_cpu_s": 0.0}
+    reply = {"number": 10, "reps": 2, "regions": 4, "threads": 1, "waits": 0}
     got = counts._side_from(reply, dumps, 3.0)
     assert got.per_call == [100_000.0, 100_001.0]
-    assert got.events == {"D1mr": 50.0}
+    assert got.events == {"D1mr": 55.0}
     assert got.ineligible == ""
-    busy = dict(reply, threads=4, waits=2, children_cpu_s=0.5, blocks=2, cuda=True)
+    busy = dict(reply, threads=4, waits=4, children_cpu_s=0.5, blocks=4, cuda=True)
     why = counts._side_from(busy, dumps, 3.0).ineligible
-    for part in ("4 threads", "waited in 2 of 2", "child processes", "block I/O in 2", "CUDA"):
+    for part in ("4 threads", "waited in 4 of 4", "child processes", "block I/O in 4", "CUDA"):
         assert part in why
-    # One region of two that waited or read a block is chance, not a benchmark that waits.
-    assert counts._side_from(dict(reply, waits=1, blocks=1), dumps, 3.0).ineligible == ""
+    # Some regions that waited or read a block are chance, not a benchmark that waits.
+    assert counts._side_from(dict(reply, waits=1, blocks=3), dumps, 3.0).ineligible == ""
     assert counts._side_from({"opt_out": "harness_counts = False"}, {}, 1.0).ineligible
+    with pytest.raises(PerfError, match="no counted region"):
+        counts._side_from(reply, {}, 1.0)
 
 
 def test_callgrind_part_files_are_read_by_their_dump_name(tmp_path):
