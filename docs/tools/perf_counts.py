@@ -14,6 +14,14 @@ time per side and why it is not eligible, if it is not.
     .venv/bin/python docs/tools/perf_counts.py --case tiny --runs 5 --slowdown 0.05 --slowdown 0.1
     .venv/bin/python docs/tools/perf_counts.py --case suite --bench 'Planning|Simulation'
 
+``--case edit``: a throwaway clone of this checkout's HEAD; the benchmarks matching
+``--bench`` counted A/A, then with ``--old`` replaced by each ``--new`` in ``--file`` (more
+work injected into a real benchmark), ``--runs`` times each.
+
+    .venv/bin/python docs/tools/perf_counts.py --case edit --runs 2 \
+        --bench 'Planning.time_plan_worker' --file suites/benchmarks/bench_data.py \
+        --old 'rng.integers(500, 700, 10_000)' --new 'rng.integers(500, 700, 10_500)'
+
 ``--cache-sim`` adds callgrind's cache simulation (the misses per call are printed). Prints
 one line per count; ``--json FILE`` keeps them.
 """
@@ -104,9 +112,40 @@ def suite(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def edit(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
+    clone = tmp / "clone"
+    subprocess.run(["git", "clone", "-q", str(Path.cwd()), str(clone)], check=True)
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    pattern = bench_regex("cpu", args.bench)
+    names = [n for n in list_timing_benchmarks(clone) if not pattern or re.search(pattern, n)]
+    target = clone / args.file
+    original = target.read_text()
+    if args.old not in original:
+        raise SystemExit(f"{args.old!r} is not in {args.file}")
+    rows = []
+    for new in [args.old, *args.new]:
+        target.write_text(original.replace(args.old, new))
+        for _ in range(args.runs):
+            found = counts.measure_counts(
+                clone,
+                sha,
+                names,
+                repeats=args.repeats,
+                cache_sim=args.cache_sim,
+                timeout_s=args.timeout,
+            )
+            rows += [row(new, found[name], args.threshold) for name in names]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=["tiny", "suite"], required=True)
+    parser.add_argument("--case", choices=["tiny", "suite", "edit"], required=True)
+    parser.add_argument("--file", default=None)
+    parser.add_argument("--old", default=None)
+    parser.add_argument("--new", action="append", default=[])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--n", type=int, default=tiny_asv_project.BASE_N)
     parser.add_argument("--slowdown", type=float, action="append", default=[])
@@ -120,7 +159,12 @@ def main() -> None:
     print(f"# load {_load()}; {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="perf-counts-") as tmp:
-        rows = tiny(args, Path(tmp)) if args.case == "tiny" else suite(args)
+        if args.case == "tiny":
+            rows = tiny(args, Path(tmp))
+        elif args.case == "edit":
+            rows = edit(args, Path(tmp))
+        else:
+            rows = suite(args)
     print(f"# {len(rows)} counts in {time.monotonic() - start:.0f} s; load {_load()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
