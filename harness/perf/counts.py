@@ -306,11 +306,13 @@ def _side_from(reply: dict[str, Any], dumps: dict[str, dict[str, int]], wall: fl
     # number calls = (a region of 2 * number calls) - (one of number calls): what a region
     # costs whatever it holds cancels. The smallest small region is the reference: pymalloc
     # adds to some regions, never takes away, so a spike shows as one large per-call value.
-    floor = {ev: min(r.get(ev, 0) for r in small) for ev in large[0]}
+    # callgrind leaves trailing zero events out of a totals line: a missing event is 0.
+    names = sorted({ev for r in small + large for ev in r})
+    floor = {ev: min(r.get(ev, 0) for r in small) for ev in names}
     per_call = [(r.get("Ir", 0) - floor.get("Ir", 0)) / number for r in large]
     events = {
-        ev: statistics.median((r[ev] - floor[ev]) / number for r in large)
-        for ev in large[0]
+        ev: statistics.median((r.get(ev, 0) - floor[ev]) / number for r in large)
+        for ev in names
         if ev != "Ir"
     }
     reasons = []

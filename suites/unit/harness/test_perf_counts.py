@@ -106,12 +106,13 @@ def test_worker_reports_become_counts_per_call_and_ineligibility():
         "harness-rep-0-a": {"Ir": 1_005_000, "D1mr": 600},
         "harness-rep-0-b": {"Ir": 2_005_000, "D1mr": 1_100},
         "harness-rep-1-a": {"Ir": 1_045_000, "D1mr": 700},  # an allocator spike
-        "harness-rep-1-b": {"Ir": 2_005_010, "D1mr": 1_200},
+        "harness-rep-1-b": {"Ir": 2_005_010, "D1mr": 1_200, "DLmr": 10},
     }
     reply = {"number": 10, "reps": 2, "regions": 4, "threads": 1, "waits": 0}
     got = counts._side_from(reply, dumps, 3.0)
     assert got.per_call == [100_000.0, 100_001.0]
-    assert got.events == {"D1mr": 55.0}
+    # callgrind leaves trailing zero events out: DLmr is 0 where it is missing.
+    assert got.events == {"D1mr": 55.0, "DLmr": 0.5}
     assert got.ineligible == ""
     busy = dict(reply, threads=4, waits=4, children_cpu_s=0.5, blocks=4, cuda=True)
     why = counts._side_from(busy, dumps, 3.0).ineligible
