@@ -67,6 +67,7 @@ def row(label: str, result: counts.CountResult, threshold: float) -> dict[str, A
         if s is not None:
             out[f"{side}_ir_per_call"] = s.per_call
             out[f"{side}_wall_s"] = round(s.wall_s, 1)
+            out[f"{side}_cpu_s"] = round(s.cpu_s, 1)
             out[f"{side}_number"] = s.number
             if s.events:
                 out[f"{side}_events"] = s.events

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -168,6 +169,7 @@ class CountSide:
     number: int
     wall_s: float
     ineligible: str = ""
+    cpu_s: float = 0.0  # the Valgrind run's CPU time (its wall time grows with the load)
     setting: float | None = None  # the benchmark's own threshold (harness_counts = 0.1)
 
 
@@ -443,6 +445,7 @@ def _run_side(
         str(out),
     ]
     start = time.monotonic()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         proc = subprocess.run(
             cmd, env=env, cwd=work, capture_output=True, text=True, timeout=timeout_s
@@ -450,6 +453,8 @@ def _run_side(
     except subprocess.TimeoutExpired:
         return None, f"valgrind ran past {timeout_s:g} s (killed)"
     wall = time.monotonic() - start
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
     try:
         reply = json.loads(out.read_text())
     except (OSError, ValueError):
@@ -458,6 +463,8 @@ def _run_side(
     if not reply.get("ok"):
         return None, str(reply.get("error"))
     try:
-        return _side_from(reply, parse_dumps(prefix), wall), None
+        side = _side_from(reply, parse_dumps(prefix), wall)
     except (PerfError, KeyError, ValueError) as exc:
         return None, str(exc)
+    side.cpu_s = cpu
+    return side, None
