@@ -407,6 +407,12 @@ def measure_counts(
                         else f"{verdict.verdict}, ratio {verdict.ratio:.4f}"
                     )
                     + f"; valgrind {walls} s"
+                    + "".join(
+                        f"; {label} per call: "
+                        + ", ".join(f"{ev} {v:.4g}" for ev, v in sorted(side.events.items()))
+                        for label, side in (("base", result.base), ("head", result.head))
+                        if side is not None and side.events
+                    )
                 )
     return results
 
