@@ -7,6 +7,7 @@ suites/integration/harness/test_perf_counts.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from pathlib import Path
@@ -250,3 +251,32 @@ def test_the_shim_is_built_once_into_the_cache(tmp_path):
     first = counts.build_shim(tmp_path)
     stamp = first.stat().st_mtime_ns
     assert counts.build_shim(tmp_path) == first and first.stat().st_mtime_ns == stamp
+
+
+def test_the_tier_sends_only_count_regressions_to_ab_pairs_at_their_own_threshold(monkeypatch):
+    from harness.perf import step
+
+    report = report_with()
+    report.rows.append(dataclasses.replace(report.rows[0], name="b.T.time_y"))
+    report.rows.append(dataclasses.replace(report.rows[0], name="m.GpuX.time_z"))
+    counted = {
+        "b.T.time_x": CountResult("b.T.time_x", side(BASE), side(scaled(BASE, 1.2), setting=0.1)),
+        "b.T.time_y": CountResult("b.T.time_y", side(BASE), side(scaled(BASE, 1.01))),
+    }
+    asked: list[tuple[list[str], float]] = []
+
+    def fake_counts(root, base, names, **kw):
+        assert "m.GpuX.time_z" not in names  # the GPU group is never counted
+        return {n: counted[n] for n in names}
+
+    def fake_ab(root, base, names, *, factor, **kw):
+        asked.append((list(names), factor))
+        return {n: pairs(1.25, 0.01) for n in names}
+
+    monkeypatch.setattr(step, "measure_counts", fake_counts)
+    monkeypatch.setattr(step, "measure_ab", fake_ab)
+    out, note = step.counts_tier(".", report, "a" * 40, threshold=0.05)
+    assert asked == [(["b.T.time_x"], pytest.approx(1.1))]  # its own threshold, 10%
+    assert {r.name: r.status for r in out.rows}["b.T.time_x"] is S.REGRESSED
+    assert {r.name: r.status for r in out.rows}["b.T.time_y"] is S.UNCHANGED
+    assert out.exit_code == EXIT_REGRESSION and "1 count regression" in note
