@@ -3,8 +3,9 @@
 Why: CPU time still moves with the machine (a busy neighbour on the same core, the memory
 layout of two processes), so the A/B pairs need a factor of ~1.2 or many pairs to decide.
 The instructions a benchmark call executes (callgrind's ``Ir``) do not depend on the load:
-on this VM they repeat to within ~1e-5 (docs/perf.md, "Instruction counts (Valgrind)"), so a
-5% change in the work done is a 5% change in the count. Counts miss what is not instructions
+on this VM two processes of identical code agree to ~1e-5 (the tiny loop) to ~1% (an
+allocation-heavy benchmark: the heap differs; docs/perf.md, "Instruction counts (Valgrind)"),
+so a 5% change in the work done is a 5% change in the count. Counts miss what is not instructions
 (cache and memory stalls, sleeps, I/O, another thread's work), and a count change need not be
 a time change, so a count regression only **fails** the gate when interleaved CPU-time A/B
 pairs (ab.py) at the count threshold confirm it; pairs that cannot tell make the benchmark
@@ -12,12 +13,14 @@ pairs (ab.py) at the count threshold confirm it; pairs that cannot tell make the
 gate's factor stands whatever the count says.
 
 How: each side (the base commit's ``git archive``, the working tree) runs
-``_counts_worker.py`` under ``valgrind --tool=callgrind --collect-atstart=no``; the worker
-sets the benchmark up with asv's own discovery (as the A/B worker does) and switches
-collection on only around ``number`` calls of the timed function, through callgrind's client
-requests (``CALLGRIND_ZERO_STATS``, ``CALLGRIND_TOGGLE_COLLECT``, ``CALLGRIND_DUMP_STATS_AT``,
-the requests CodSpeed's instrumentation uses). Valgrind 3.19's cachegrind has no such
-requests (3.22 added them), hence callgrind. The requests are C macros: a four-function shim
+``_counts_worker.py`` under ``valgrind --tool=callgrind --instr-atstart=no
+--collect-atstart=no``; the worker sets the benchmark up with asv's own discovery (as the A/B
+worker does), starts instrumentation, and switches collection on only around ``number`` and
+``2 * number`` calls of the timed function (their difference is the count: a region's own
+cost cancels), through callgrind's client requests (``CALLGRIND_START_INSTRUMENTATION``,
+``CALLGRIND_ZERO_STATS``, ``CALLGRIND_TOGGLE_COLLECT``, ``CALLGRIND_DUMP_STATS_AT``, the
+requests CodSpeed's instrumentation uses). The smallest of the repeats is a side's count. Valgrind 3.19's cachegrind has no such
+requests (3.22 added them), hence callgrind. The requests are C macros: a five-function shim
 is compiled with the system C compiler on first use into a cache folder and loaded with
 ctypes (:func:`build_shim`; a clear error when valgrind, the compiler or
 ``valgrind/callgrind.h`` is missing). Both sides get PYTHONHASHSEED=0 and one BLAS/OpenMP
