@@ -20,10 +20,10 @@ worker does), starts instrumentation, and switches collection on only around ``n
 cost cancels), through callgrind's client requests (``CALLGRIND_START_INSTRUMENTATION``,
 ``CALLGRIND_ZERO_STATS``, ``CALLGRIND_TOGGLE_COLLECT``, ``CALLGRIND_DUMP_STATS_AT``, the
 requests CodSpeed's instrumentation uses). The smallest of the repeats is a side's count.
-Valgrind 3.19's cachegrind has no such requests (3.22 added them), hence callgrind. The requests are C macros: a five-function shim
-is compiled with the system C compiler on first use into a cache folder and loaded with
-ctypes (:func:`build_shim`; a clear error when valgrind, the compiler or
-``valgrind/callgrind.h`` is missing). Both sides get PYTHONHASHSEED=0 and one BLAS/OpenMP
+Valgrind 3.19's cachegrind has no such requests (3.22 added them), hence callgrind. The
+requests are C macros: a five-function shim is compiled with the system C compiler on first
+use into a cache folder and loaded with ctypes (:func:`build_shim`; a clear error when
+valgrind, the compiler or ``valgrind/callgrind.h`` is missing). Both sides get PYTHONHASHSEED=0 and one BLAS/OpenMP
 thread.
 """
 
