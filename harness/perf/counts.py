@@ -23,8 +23,8 @@ requests CodSpeed's instrumentation uses). The smallest of the repeats is a side
 Valgrind 3.19's cachegrind has no such requests (3.22 added them), hence callgrind. The
 requests are C macros: a five-function shim is compiled with the system C compiler on first
 use into a cache folder and loaded with ctypes (:func:`build_shim`; a clear error when
-valgrind, the compiler or ``valgrind/callgrind.h`` is missing). Both sides get PYTHONHASHSEED=0 and one BLAS/OpenMP
-thread.
+valgrind, the compiler or ``valgrind/callgrind.h`` is missing). Both sides get
+PYTHONHASHSEED=0 and one BLAS/OpenMP thread.
 """
 
 from __future__ import annotations
