@@ -110,6 +110,31 @@ bench_option = click.option(
 
 passes_option_range = click.IntRange(min=1, max=lib.MAX_PASSES)
 
+counts_option = click.option(
+    "--counts",
+    is_flag=True,
+    help="Also count instructions per call of each CPU timing benchmark under Valgrind "
+    "(callgrind): a count regression fails only when interleaved A/B pairs at "
+    "1 + --counts-threshold confirm it (undecided: exit 2). Needs valgrind and a C compiler "
+    "(exit 2 naming what is missing). Slow: ~50x per benchmark call (docs/perf.md).",
+)
+counts_threshold_option = click.option(
+    "--counts-threshold",
+    type=float,
+    default=lib.DEFAULT_COUNT_THRESHOLD,
+    show_default=True,
+    metavar="FRACTION",
+    callback=_checked(lib.check_threshold),
+    help="A count ratio head/base at or above 1 + FRACTION is a count regression (a benchmark "
+    "sets its own with `harness_counts = 0.1`).",
+)
+cache_sim_option = click.option(
+    "--cache-sim",
+    is_flag=True,
+    help="With --counts: also simulate caches (callgrind --cache-sim=yes; slower); the "
+    "misses are measured, the instruction count decides.",
+)
+
 
 @click.group(name="perf")
 def perf() -> None:
@@ -204,7 +229,19 @@ def run(
     callback=_writable_json_path,
     help="Also write the rows as JSON to this file (its folder must exist).",
 )
-def gate(base: str, head: str, factor: float, machine: str | None, json_path: Path | None) -> None:
+@counts_option
+@counts_threshold_option
+@cache_sim_option
+def gate(
+    base: str,
+    head: str,
+    factor: float,
+    machine: str | None,
+    json_path: Path | None,
+    counts: bool,
+    counts_threshold: float,
+    cache_sim: bool,
+) -> None:
     """Compare the results of BASE and HEAD. Exit 0: nothing regressed; 1: a benchmark is
     significantly slower than FACTOR allows, or fails; 2: undecided (too noisy to tell at
     FACTOR: the output says what it would need), nothing comparable (missing results,
@@ -212,7 +249,21 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
     or a bad argument."""
     machine = _machine(machine)
     try:
-        report = lib.gate(_root(), base, head, factor=factor, machine=machine)
+        root = _root()
+        if counts:
+            lib.check_counts_tools()  # before any work: exit 2 naming what is missing
+            _check_head_is_checkout(root, head)
+        report = lib.gate(root, base, head, factor=factor, machine=machine)
+        if counts:
+            report, note = lib.counts_tier(
+                root,
+                report,
+                lib.resolve_commit(root, base),
+                threshold=counts_threshold,
+                cache_sim=cache_sim,
+                echo=click.echo,
+            )
+            click.echo(note)
     except lib.PerfError as exc:
         _fail(exc, lib.EXIT_NOT_COMPARABLE)
     click.echo(report.markdown())
@@ -303,6 +354,17 @@ def gpu_ab(
     sys.exit(gab.exit_code(results))
 
 
+def _check_head_is_checkout(root: Path, head: str) -> None:
+    """--counts measures the working tree as head (as A/B pairs do): HEAD must name it."""
+    wanted = lib.resolve_commit(root, head)
+    here = lib.resolve_commit(root, "HEAD")
+    if wanted != here:
+        raise lib.PerfError(
+            f"--counts measures the working tree as head, but HEAD argument {head!r} is "
+            f"{wanted[:10]}, not this checkout's HEAD {here[:10]}: check it out first"
+        )
+
+
 @perf.command()
 @click.option(
     "--report-dir",
@@ -368,6 +430,9 @@ def gpu_ab(
 )
 @factor_option
 @machine_option
+@counts_option
+@counts_threshold_option
+@cache_sim_option
 def ci(
     report_dir: Path,
     full: bool,
@@ -381,6 +446,9 @@ def ci(
     base_ref: str | None,
     factor: float,
     machine: str | None,
+    counts: bool,
+    counts_threshold: float,
+    cache_sim: bool,
 ) -> None:
     """The perf step of `harness ci`: benchmarks for HEAD, gated against the base.
     Writes perf.md (also appended to $GITHUB_STEP_SUMMARY), perf-gate.json, perf-run.log."""
@@ -397,6 +465,9 @@ def ci(
             machine=_machine(machine),
             factor=factor,
             base_ref=base_ref,
+            counts=counts,
+            counts_threshold=counts_threshold,
+            counts_cache_sim=cache_sim,
         )
         result = lib.ci_step(_root(), report_dir, config, echo=click.echo)
     except lib.PerfError as exc:

@@ -41,6 +41,8 @@ Its modules (their public names are all importable from ``harness.perf`` itself)
   (:func:`measure_ab`), which decides timing benchmarks when the base is measured in the run.
 - ``harness.perf.gpu_ab``: the GPU group's A/B timing (base and head kernels in one process,
   CUDA events, L2 flushed before every call) and Nsight Compute counters per call.
+- ``harness.perf.counts``: instruction counts per benchmark call under Valgrind's callgrind
+  (:func:`measure_counts`, :func:`judge_counts`): the deterministic tier, confirmed by A/B pairs.
 - ``harness.perf.baselines``: which commit is the baseline; the baseline a first run records.
 - ``harness.perf.step``: the ``harness ci`` step (:func:`ci_step`, :class:`PerfStepConfig`).
 - ``harness.perf.dashboard``: the offline dashboard (:func:`publish`,
@@ -97,6 +99,16 @@ from harness.perf.calibrate import (
     check_slowdowns,
 )
 from harness.perf.calibrate import save as calibration_save
+from harness.perf.counts import (
+    DEFAULT_COUNT_THRESHOLD,
+    CountComparison,
+    CountResult,
+    CountVerdict,
+    check_counts_tools,
+    check_threshold,
+    judge_counts,
+    measure_counts,
+)
 
 # Private, re-exported for suites/integration/harness/test_dashboard.py (perf._RESOURCE_TAG, ...).
 from harness.perf.dashboard import _EXTERNAL_ATTR as _EXTERNAL_ATTR
@@ -127,6 +139,7 @@ from harness.perf.gating import (
     INFORMATIONAL,
     ab_candidates,
     apply_ab,
+    apply_counts,
     gate,
     has_results,
 )
@@ -149,9 +162,27 @@ from harness.perf.sequential import (
     ab_strata,
     sample_until_decided,
 )
-from harness.perf.step import MEASURE_BASE, MeasureBase, PerfStepConfig, PerfStepResult, ci_step
+from harness.perf.step import (
+    MEASURE_BASE,
+    MeasureBase,
+    PerfStepConfig,
+    PerfStepResult,
+    ci_step,
+    counts_tier,
+)
 
 __all__ = [
+    # instruction counts (counts)
+    "DEFAULT_COUNT_THRESHOLD",
+    "CountComparison",
+    "CountResult",
+    "CountVerdict",
+    "apply_counts",
+    "check_counts_tools",
+    "check_threshold",
+    "counts_tier",
+    "judge_counts",
+    "measure_counts",
     # errors, project, interpreter and git (_common)
     "DEFAULT_MACHINE",
     "MACHINE_ENV_VAR",

@@ -87,6 +87,7 @@ class Row:
     high: float | None = None
     factor_used: float | None = None  # the factor the row was judged at
     would_need: str = ""  # for an undecided row: the samples or factor that would decide it
+    counts: str = ""  # the instruction-count tier's finding (counts.py), when it ran
 
     def __post_init__(self) -> None:
         self.status = RowStatus(self.status)
@@ -164,9 +165,10 @@ class GateReport:
                 if r.low is not None and r.high is not None and math.isfinite(r.high)
                 else "-"
             )
+            status = f"{r.status}; {r.counts}" if r.counts else str(r.status)
             lines.append(
                 f"| {STATUS_MARK.get(r.status, '?')} | `{name}` | {base} | {head} | {ratio} | "
-                f"{interval} | {samples} | {passes} | {p} | {r.status} |"
+                f"{interval} | {samples} | {passes} | {p} | {status} |"
             )
         return "\n".join(lines)
 

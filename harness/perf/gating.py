@@ -45,6 +45,7 @@ from harness.perf.sequential import AB_BLOCK, CPU_UNIT, GPU_UNIT, MIN_BLOCKS, ju
 
 if TYPE_CHECKING:
     from harness.perf.ab import ABResult
+    from harness.perf.counts import CountComparison
 
 # The factor is the line between "unchanged" and "regressed" (decision.py): a benchmark
 # regresses when the estimate of head/base reaches it and the slowdown is significant, and is
@@ -372,3 +373,83 @@ def _g(value: float | None) -> str:
 
 def _isnan(value: float) -> bool:
     return isinstance(value, float) and math.isnan(value)
+
+
+def apply_counts(
+    report: GateReport,
+    judged: dict[str, CountComparison],
+    confirm: dict[str, ABResult],
+) -> GateReport:
+    """The report with the instruction-count tier's findings (counts.py) applied.
+
+    A count regression (or unstable counts) fails a row only when its interleaved A/B pairs at
+    factor 1 + threshold (``confirm``) read `regressed`; pairs that read `undecided` or failed
+    make the row `undecided` (exit 2); pairs that read `unchanged` or `improved` refute it and
+    the row keeps its verdict. A count that is unchanged or improved is evidence only: the
+    row's A/B verdict at the gate's factor stands (counts never clear a benchmark). A count
+    that failed (Valgrind or the benchmark) leaves the row as it is but the gate exits 2 at
+    best: the tier asked for could not decide.
+    """
+    from harness.perf.counts import NEEDS_CONFIRMATION, CountVerdict
+
+    rows = [dataclasses.replace(r) for r in report.rows]
+    problems = list(report.context)
+    failed: list[str] = []
+    for row in rows:
+        found = judged.get(row.name)
+        if found is None:
+            continue
+        if found.verdict is CountVerdict.INELIGIBLE:
+            row.counts = f"not counted: {found.why}"
+            continue
+        if found.verdict is CountVerdict.FAILED:
+            row.counts = "count failed"
+            failed.append(f"`{row.name}`: {found.why}")
+            continue
+        line = f"{1 + found.threshold:g}"
+        desc = f"Ir x{found.ratio:.4f}: {found.verdict} at {line}"
+        if found.why:
+            desc += f" ({found.why})"
+        if found.verdict not in NEEDS_CONFIRMATION:
+            row.counts = desc
+            continue
+        ab = confirm.get(row.name)
+        if ab is None or ab.error is not None or not ab.base:
+            reason = "not measured" if ab is None else (ab.error or "no samples")
+            row.counts = f"{desc}; A/B confirmation failed ({reason})"
+            if row.status not in FAILING:
+                failed.append(f"`{row.name}`: {desc}, and its A/B confirmation failed: {reason}")
+            continue
+        check = judge_pairs(ab.base, ab.head, 1 + found.threshold)
+        summary = (
+            f"A/B at {line}: {check.verdict} {check.estimate:.3f} "
+            f"[{check.low:.3f}, {check.high:.3f}] over {len(ab.base)} pairs"
+        )
+        if check.verdict is decision.Verdict.REGRESSED or (
+            check.verdict is decision.Verdict.UNDECIDED and row.status not in FAILING
+        ):
+            row.n_base, row.n_head = len(ab.base), len(ab.head)
+            row.base = statistics.median(ab.base)
+            row.head = statistics.median(ab.head)
+            _judge(row, check)
+            row.p = None
+            row.passes, row.method = len(ab.base), "A/B pairs (count confirmation)"
+            if row.status is RowStatus.TOO_FEW_SAMPLES:
+                row.status = RowStatus.UNDECIDED
+                row.would_need = check.would_need() or "more A/B pairs"
+                row.low, row.high = check.low, check.high
+        verb = "confirmed" if check.verdict is decision.Verdict.REGRESSED else "not confirmed"
+        if check.verdict is decision.Verdict.UNDECIDED:
+            verb = "neither confirmed nor refuted"
+        row.counts = f"{desc}; {verb} by {summary}"
+    code, why = _decide(rows)
+    if failed:
+        why.append(
+            "the instruction-count tier could not decide "
+            f"{len(failed)} benchmark(s): " + "; ".join(failed)
+        )
+        if code == EXIT_OK:
+            code = EXIT_UNDECIDED
+    return dataclasses.replace(
+        report, exit_code=code, rows=rows, problems=problems + why, context=problems
+    )

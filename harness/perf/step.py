@@ -40,6 +40,13 @@ from harness.perf.baselines import (
     record_baseline,
     stored_baseline,
 )
+from harness.perf.counts import (
+    DEFAULT_COUNT_THRESHOLD,
+    NEEDS_CONFIRMATION,
+    check_counts_tools,
+    check_threshold,
+    measure_counts,
+)
 from harness.perf.gate_report import (
     EXIT_NOT_COMPARABLE,
     EXIT_OK,
@@ -47,7 +54,14 @@ from harness.perf.gate_report import (
     GateReport,
     RowStatus,
 )
-from harness.perf.gating import DEFAULT_FACTOR, ab_candidates, apply_ab, gate, has_results
+from harness.perf.gating import (
+    DEFAULT_FACTOR,
+    ab_candidates,
+    apply_ab,
+    apply_counts,
+    gate,
+    has_results,
+)
 from harness.perf.gpu_ab import NoGpuError, measure_gpu_ab
 from harness.perf.runs import GROUPS, MAX_PASSES, RunOutcome, run_benchmarks, run_interleaved
 
@@ -90,6 +104,14 @@ class PerfStepConfig:
     regressed ones when it is stored; 0: none (the asv samples decide)."""
     ab_budget_s: float = MAX_SECONDS_PER_BENCHMARK
     """Seconds of A/B sampling per benchmark at most (sequential.py)."""
+    counts: bool = False
+    """Also count instructions under Valgrind (counts.py): a count regression confirmed by A/B
+    pairs at 1 + counts_threshold fails the gate; valgrind and a C compiler are checked first."""
+    counts_threshold: float = DEFAULT_COUNT_THRESHOLD
+    """A count ratio head/base at or above 1 + this is a count regression (a benchmark may set
+    its own with ``harness_counts = 0.1``)."""
+    counts_cache_sim: bool = False
+    """Also simulate caches (callgrind --cache-sim=yes): misses shown, not gated."""
 
     def __post_init__(self) -> None:
         if self.measure_base not in MEASURE_BASE:
@@ -116,6 +138,7 @@ class PerfStepConfig:
                 f"{', '.join(sorted(GROUPS))}"
             )
         check_factor(self.factor)
+        check_threshold(self.counts_threshold)
         if self.bench is not None:
             check_regex(self.bench)
         if self.base_ref is not None:
@@ -180,6 +203,8 @@ def ci_step(
     """
     config = config or PerfStepConfig()
     machine = resolve_machine(config.machine)
+    if config.counts:
+        check_counts_tools()  # valgrind and the shim before any work (PerfError: exit 2)
     report_dir = Path(report_dir)
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -387,6 +412,18 @@ def _ci_step(
         if gpu_names:
             report, note = _gpu_ab(repo_root, baseline, gpu_names, report, config, echo)
             notes.append(note)
+    if config.counts:
+        report, note = counts_tier(
+            repo_root,
+            report,
+            baseline,
+            threshold=config.counts_threshold,
+            pairs=config.ab_pairs or DEFAULT_PAIRS,
+            budget_s=config.ab_budget_s,
+            cache_sim=config.counts_cache_sim,
+            echo=echo,
+        )
+        notes.append(note)
     for outcome in outcomes:
         log.extend(outcome.log)
     failed_run = any(o.exit_code != 0 for o in outcomes)
@@ -464,6 +501,44 @@ def _gpu_ab(
         f"undecided, up to {config.ab_budget_s:g} s each; docs/perf.md): {len(names)} "
         "benchmark(s)."
     )
+def counts_tier(
+    root: Path | str,
+    report: GateReport,
+    base_sha: str,
+    *,
+    threshold: float = DEFAULT_COUNT_THRESHOLD,
+    pairs: int = DEFAULT_PAIRS,
+    budget_s: float = MAX_SECONDS_PER_BENCHMARK,
+    cache_sim: bool = False,
+    echo: Echo | None = None,
+) -> tuple[GateReport, str]:
+    """The instruction-count tier over the report's CPU timing benchmarks (counts.py): counts
+    for base_sha and the working tree under Valgrind, then interleaved A/B pairs at factor
+    1 + threshold for each count regression (or unstable count), and the report with both
+    applied (gating.apply_counts), with a note for the summary."""
+    gpu = re.compile(f"^{GROUPS['gpu']}")
+    names = [n for n in ab_candidates(report) if not gpu.match(n)]
+    if not names:
+        return report, "Instruction counts: no comparable CPU timing benchmark to count."
+    counted = measure_counts(root, base_sha, names, cache_sim=cache_sim, echo=echo)
+    judged = {name: result.judge(threshold) for name, result in counted.items()}
+    by_factor: dict[float, list[str]] = {}
+    for name, found in judged.items():
+        if found.verdict in NEEDS_CONFIRMATION:
+            by_factor.setdefault(1 + found.threshold, []).append(name)
+    confirm = {}
+    for factor, todo in sorted(by_factor.items()):
+        confirm.update(
+            measure_ab(
+                root, base_sha, todo, factor=factor, pairs=pairs, max_seconds=budget_s, echo=echo
+            )
+        )
+    note = (
+        f"Instruction counts (callgrind, docs/perf.md): {len(names)} benchmark(s) counted at "
+        f"threshold {threshold:.0%}; {len(confirm)} count regression(s) or unstable count(s) "
+        "sent to A/B pairs for confirmation."
+    )
+    return apply_counts(report, judged, confirm), note
 
 
 def _run_failure(report_dir: Path) -> str:

@@ -38,6 +38,9 @@ def _arrays(workers: int, length: int) -> list[np.ndarray]:
 class Simulation:
     """simulate_ring_allreduce, sum over float32 workers."""
 
+    # Pure CPU, but one side ran past 300 s under Valgrind (docs/perf.md, "Instruction counts").
+    harness_counts = False
+
     params = ([8, 64], [1 << 20])
     param_names = ["workers", "length"]
     timeout = 300
@@ -76,6 +79,8 @@ def _warm_forkserver() -> None:
 class CpuLaunch:
     """launch() of 2 gloo processes that do nothing: the fixed cost in CpuRingAllReduce."""
 
+    harness_counts = False  # starts processes: not an instruction count (README.md, 9)
+
     number = 1
     repeat = (7, 10, 60.0)
     rounds = 1
@@ -90,6 +95,8 @@ class CpuLaunch:
 
 class CpuRingAllReduce:
     """One launch of 2 gloo processes running 20 in-place all-reduces of float32."""
+
+    harness_counts = False  # starts processes: not an instruction count (README.md, 9)
 
     params = (["ring", "all_reduce"], [1 * MiB, 16 * MiB])
     param_names = ["impl", "nbytes"]

@@ -55,6 +55,8 @@ def _warm_forkserver() -> None:
 class CpuTracerCalls:
     """One launch of 2 gloo processes running 200 all_reduces, per mode."""
 
+    harness_counts = False  # starts processes: not an instruction count (README.md, 9)
+
     params = (["untraced", "traced", "detail"], [1 * KiB, 1 * MiB])
     param_names = ["mode", "nbytes"]
     calls = 200
