@@ -264,6 +264,14 @@ def gate(base: str, head: str, factor: float, machine: str | None, json_path: Pa
     "samples decide.",
 )
 @click.option(
+    "--ab-start",
+    type=click.Choice(list(lib.AB_STARTS)),
+    default=lib.DEFAULT_START,
+    show_default=True,
+    help="How each block's fresh pair of A/B workers starts: forked from one zygote per side "
+    "(imports paid once) or exec'd afresh (the design before; docs/perf.md compares them).",
+)
+@click.option(
     "--ab-budget",
     type=click.FloatRange(min=0, min_open=True, max=3600),
     default=lib.MAX_SECONDS_PER_BENCHMARK,
@@ -295,6 +303,7 @@ def ci(
     measure_base: lib.MeasureBase,  # one of click.Choice's, checked again by PerfStepConfig
     passes: int,
     ab_pairs: int,
+    ab_start: str,
     ab_budget: float,
     group: str,
     bench: str | None,
@@ -311,6 +320,7 @@ def ci(
             measure_base=measure_base,
             passes=passes,
             ab_pairs=ab_pairs,
+            ab_start=ab_start,
             ab_budget_s=ab_budget,
             group=group,
             bench=bench,
@@ -363,6 +373,14 @@ def ci(
     help="A/B pairs before the first look of each trial, as the gate takes them.",
 )
 @click.option(
+    "--ab-start",
+    type=click.Choice(list(lib.AB_STARTS)),
+    default=lib.DEFAULT_START,
+    show_default=True,
+    help="How each block's fresh pair of A/B workers starts: forked from one zygote per side "
+    "(imports paid once) or exec'd afresh (the design before; docs/perf.md compares them).",
+)
+@click.option(
     "--ab-budget",
     type=click.FloatRange(min=0, min_open=True, max=3600),
     default=lib.MAX_SECONDS_PER_BENCHMARK,
@@ -378,6 +396,7 @@ def calibrate(
     trials: int,
     slowdowns: tuple[float, ...],
     ab_pairs: int,
+    ab_start: str,
     ab_budget: float,
     machine: str | None,
 ) -> None:
@@ -424,6 +443,7 @@ def calibrate(
                     pairs=ab_pairs,
                     max_seconds=ab_budget,
                     extra=extra,
+                    start=ab_start,
                 )
                 bar.advance(task)
                 return found

@@ -32,16 +32,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
+import random
 import selectors
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from harness.perf._common import Echo, PerfError, Project, _asv_environ, check_factor, python_path
 from harness.perf.decision import Comparison
@@ -63,6 +67,9 @@ MAX_PAIRS_FACTOR = 10
 # A benchmark's A/B stops after this many seconds even with fewer pairs (then the gate says
 # "undecided", or "too few samples" below 10 blocks, and exits 2).
 MAX_SECONDS_PER_BENCHMARK = 120.0
+# How each block's pair of workers starts (measure_ab's start): forked from a zygote per side.
+AB_STARTS = ("fork", "exec")
+DEFAULT_START = "fork"
 # A worker that does not answer a request (load with setup, or one sample) in this long is
 # killed and its benchmark reported as failed to measure.
 REQUEST_TIMEOUT = 300.0
@@ -82,55 +89,182 @@ class ABResult:
 
 
 class _Worker:
-    def __init__(self, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> None:
+    """One side's worker for one block: a process started afresh (``start``) or forked by a
+    zygote (``_Zygote.fork``), spoken to in JSON lines over a pair of pipes."""
+
+    def __init__(
+        self,
+        pid: int,
+        requests: IO[str],
+        replies: IO[str],
+        stderr_path: Path,
+        proc: subprocess.Popen[str] | None = None,
+    ) -> None:
+        self.pid, self.requests, self.replies = pid, requests, replies
+        self.stderr_path, self.proc = stderr_path, proc
+
+    @classmethod
+    def start(cls, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> _Worker:
         # The worker's stderr (and whatever its benchmarks print) goes to a file: a pipe could
         # fill up and block it; its tail explains a worker that died.
-        self.stderr_path = cwd / f"worker-{id(self)}.err"
-        self._stderr = self.stderr_path.open("w")
-        self.proc = subprocess.Popen(
-            [python_path(), str(script), str(bench_root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            bufsize=1,
-            env=env,
-            cwd=cwd,
-        )
+        stderr_path = cwd / f"worker-{next(_COUNTER)}.err"
+        with stderr_path.open("w") as stderr:
+            proc = subprocess.Popen(
+                [python_path(), str(script), str(bench_root)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                bufsize=1,
+                env=env,
+                cwd=cwd,
+            )
+        assert proc.stdin is not None and proc.stdout is not None
+        return cls(proc.pid, proc.stdin, proc.stdout, stderr_path, proc)
 
     def ask(self, request: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        if self.proc.poll() is not None:
+        try:
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+        except (OSError, ValueError):  # the worker is gone (a broken pipe), or closed
             return {"ok": False, "error": self._died()}
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
         with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            sel.register(self.replies, selectors.EVENT_READ)
             if not sel.select(timeout):
-                self.proc.kill()
+                self.kill()
                 return {"ok": False, "error": f"no answer in {timeout:g} s (killed)"}
-        line = self.proc.stdout.readline()
+        line = self.replies.readline()
         if not line:
-            self.proc.wait()
             return {"ok": False, "error": self._died()}
         reply: dict[str, Any] = json.loads(line)
         return reply
 
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        else:  # forked by a zygote, which reaps it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
     def _died(self) -> str:
-        self._stderr.flush()
-        tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
-        return f"worker exited {self.proc.returncode}" + (f": {' | '.join(tail)}" if tail else "")
+        code = ""
+        if self.proc is not None:
+            self.proc.wait()
+            code = f" {self.proc.returncode}"
+        return f"worker exited{code}" + _tail(self.stderr_path)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+        with contextlib.suppress(OSError):
+            self.requests.close()  # the worker's requests end: it exits
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
+                self.kill()
+        else:  # its replies end when it exits
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.replies, selectors.EVENT_READ)
+                if not sel.select(10) or self.replies.read():
+                    self.kill()
+        self.replies.close()
+
+
+def _tail(path: Path) -> str:
+    try:
+        tail = path.read_text(errors="replace").strip().splitlines()[-3:]
+    except OSError:
+        return ""
+    return f": {' | '.join(tail)}" if tail else ""
+
+
+_COUNTER = itertools.count()
+
+
+class _Zygote:
+    """A fork server for one side (``_ab_worker.py --zygote``): started once per gate run, it
+    imports asv_runner, and the installed third-party modules the benchmarks turned out to
+    import (numpy, torch: never the project's code, which differs between base and head), once;
+    each block's worker is a child forked from it, which imports the benchmark and sets it up.
+    A fresh Python process and its imports cost each block ~1 s under load, torch's import far
+    more; a fork costs milliseconds. The child moves its later allocations by a random amount
+    (``_ab_worker._scatter``): a forked child shares its zygote's layout where a fresh process
+    gets a new one, and the difference between two processes must stay random from block to
+    block (docs/perf.md measures it)."""
+
+    def __init__(self, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> None:
+        self.cwd = cwd
+        self.stderr_path = cwd / f"zygote-{next(_COUNTER)}.err"
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with self.stderr_path.open("w") as stderr:
+            self.proc = subprocess.Popen(
+                [python_path(), str(script), "--zygote", str(bench_root), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                cwd=cwd,
+            )
+        theirs.close()
+        self.preloaded: set[str] = set()
+
+    def _call(
+        self, request: dict[str, Any], fds: Sequence[int] = (), timeout: float = REQUEST_TIMEOUT
+    ) -> dict[str, Any]:
+        self.sock.settimeout(timeout)
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+            data = self.sock.recv(65536)
+        except OSError as exc:  # a timeout, or a zygote that is gone
+            data, why = b"", f": {exc}"
+        else:
+            why = ""
+        if not data:
+            if self.proc.poll() is None:
                 self.proc.kill()
-                self.proc.wait()
-        self._stderr.close()
+            self.proc.wait()
+            return {
+                "ok": False,
+                "error": f"zygote exited {self.proc.returncode}{why}" + _tail(self.stderr_path),
+            }
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+    def fork(self) -> _Worker:
+        """A child of the zygote as a worker; raises SamplerError when it cannot fork."""
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        stderr_path = self.cwd / f"worker-{next(_COUNTER)}.err"
+        err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        seed = random.SystemRandom().randrange(2**32)  # where the child's allocations land
+        try:
+            reply = self._call({"op": "fork", "seed": seed}, [req_r, rep_w, err])
+        finally:
+            for fd in (req_r, rep_w, err):
+                os.close(fd)
+        if not reply.get("ok"):
+            os.close(req_w)
+            os.close(rep_r)
+            raise SamplerError(str(reply.get("error")))
+        requests, replies = os.fdopen(req_w, "w"), os.fdopen(rep_r, "r")
+        return _Worker(int(reply["pid"]), requests, replies, stderr_path)
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """Import these installed modules in the zygote, for the children forked from now on (a
+        module that fails to import there is imported by each child as before)."""
+        new = sorted(set(modules) - self.preloaded)
+        if new:
+            self._call({"op": "preload", "modules": new})
+            self.preloaded.update(new)
+
+    def close(self) -> None:
+        self.sock.close()  # the zygote's requests end: it exits
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def measure_ab(
@@ -144,13 +278,18 @@ def measure_ab(
     max_seconds: float = MAX_SECONDS_PER_BENCHMARK,
     extra: float = 0.0,
     echo: Echo | None = None,
+    start: str = DEFAULT_START,
 ) -> dict[str, ABResult]:
     """Time each benchmark in names (``module.Class.method`` or with ``(params)``) for base_sha
     and the working tree, alternately: ``pairs`` pairs, then more while the verdict at
     ``factor`` is undecided, up to ``max_pairs`` (default MAX_PAIRS_FACTOR * pairs, at most
     MAX_AB_PAIRS) or ``max_seconds`` per benchmark (sequential.py). ``extra``: the head side
     does that fraction more work per sample (an injected slowdown: ``harness perf calibrate``).
+    start: how each block's workers start: ``fork`` (children of one zygote per side, the
+    default) or ``exec`` (fresh Python processes; the design before, kept to compare).
     """
+    if start not in AB_STARTS:
+        raise PerfError(f"worker start must be 'fork' or 'exec', got {start!r}")
     if pairs < 1:
         raise PerfError(f"pairs must be >= 1, got {pairs}")
     if not 0 <= extra <= 10:
@@ -177,17 +316,34 @@ def measure_ab(
         head_env = _asv_environ(project, same_seed)
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
+        roots = {"base": code_dir / rel, "head": project.benchmark_dir}
+        envs = {"base": base_env, "head": head_env}
+        zygotes: dict[str, _Zygote] = {}
+
         def spawn(block: int) -> dict[str, _Worker]:
-            pair = {
-                "base": _Worker(script, code_dir / rel, base_env, tmp),
-                "head": _Worker(script, project.benchmark_dir, head_env, tmp),
-            }
+            pair: dict[str, _Worker] = {}
+            try:
+                for side in ("base", "head"):
+                    if start == "exec":
+                        pair[side] = _Worker.start(script, roots[side], envs[side], tmp)
+                        continue
+                    if side not in zygotes:
+                        zygotes[side] = _Zygote(script, roots[side], envs[side], tmp)
+                    pair[side] = zygotes[side].fork()
+            except BaseException:
+                for worker in pair.values():
+                    worker.close()
+                raise
             if cpus:  # both on one CPU: they never run at once, and share its conditions
                 for worker in pair.values():
                     # A worker that exited already: its first request reports why.
                     with contextlib.suppress(OSError):
-                        os.sched_setaffinity(worker.proc.pid, {cpus[block % len(cpus)]})
+                        os.sched_setaffinity(worker.pid, {cpus[block % len(cpus)]})
             return pair
+
+        def loaded(side: str, reply: dict[str, Any]) -> None:
+            if side in zygotes:  # later children find these imported already
+                zygotes[side].preload([str(m) for m in reply.get("modules", [])])
 
         for n, name in enumerate(names, 1):
             if echo:
@@ -196,7 +352,13 @@ def measure_ab(
                     f"blocks of {AB_BLOCK}, more while undecided (up to {plan.max_pairs} or "
                     f"{plan.budget_s:g} s)"
                 )
-            result = results[name] = _measure_one(spawn, name, factor, plan, extra=extra)
+            try:
+                result = _measure_one(spawn, name, factor, plan, extra=extra, loaded=loaded)
+            except BaseException:
+                for zygote in zygotes.values():
+                    zygote.close()
+                raise
+            results[name] = result
             if echo and result.error:
                 echo(f"harness perf: A/B of {name} failed: {result.error}")
             elif echo and result.comparison is not None:
@@ -204,6 +366,8 @@ def measure_ab(
                     f"harness perf: A/B of {name}: {result.comparison.verdict} after "
                     f"{len(result.base)} pairs ({result.stopped})"
                 )
+        for zygote in zygotes.values():
+            zygote.close()
     return results
 
 
@@ -214,11 +378,16 @@ def _measure_one(
     plan: SamplingPlan,
     *,
     extra: float = 0.0,
+    loaded: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> ABResult:
     """Sample name sequentially, a fresh worker pair for every block of AB_BLOCK pairs.
-    extra: the head side adds this fraction of its sample's CPU time as more work (calibrate)."""
+    extra: the head side adds this fraction of its sample's CPU time as more work (calibrate).
+    loaded: told each side's reply to its first load (the modules it imported). Each side's
+    calls per sample are picked in the first block and kept for the others (the same work per
+    sample throughout, and no calibration to repeat)."""
     result = ABResult(name, [], [])
     workers: dict[str, _Worker] = {}
+    numbers: dict[str, int] = {}
 
     def close() -> None:
         for worker in workers.values():
@@ -231,9 +400,13 @@ def _measure_one(
             close()
             workers.update(spawn(i // AB_BLOCK))
             for side, worker in workers.items():
-                reply = worker.ask({"op": "load", "name": name})
+                reply = worker.ask({"op": "load", "name": name, "number": numbers.get(side)})
                 if not reply.get("ok"):
                     raise SamplerError(f"{side}: {reply.get('error')}")
+                if side not in numbers:
+                    numbers[side] = int(reply["number"])
+                    if loaded is not None:
+                        loaded(side, reply)
         # The order alternates so that neither side always goes first.
         got: dict[str, float] = {}
         for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
@@ -263,7 +436,7 @@ def list_timing_benchmarks(root: Path | str) -> list[str]:
         tmp = Path(tmp_name)
         script = tmp / "ab_worker.py"
         shutil.copyfile(Path(__file__).with_name("_ab_worker.py"), script)
-        worker = _Worker(script, project.benchmark_dir, _asv_environ(project), tmp)
+        worker = _Worker.start(script, project.benchmark_dir, _asv_environ(project), tmp)
         try:
             reply = worker.ask({"op": "list"})
         finally:

@@ -29,7 +29,14 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
-from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, MAX_SECONDS_PER_BENCHMARK, measure_ab
+from harness.perf.ab import (
+    AB_STARTS,
+    DEFAULT_PAIRS,
+    DEFAULT_START,
+    MAX_AB_PAIRS,
+    MAX_SECONDS_PER_BENCHMARK,
+    measure_ab,
+)
 from harness.perf.baselines import (
     BASELINE_SEARCH_DEPTH,
     StoredBaseline,
@@ -89,6 +96,8 @@ class PerfStepConfig:
     regressed ones when it is stored; 0: none (the asv samples decide)."""
     ab_budget_s: float = MAX_SECONDS_PER_BENCHMARK
     """Seconds of A/B sampling per benchmark at most (sequential.py)."""
+    ab_start: str = DEFAULT_START
+    """How each block's A/B workers start: fork (from a zygote per side) or exec (ab.py)."""
 
     def __post_init__(self) -> None:
         if self.measure_base not in MEASURE_BASE:
@@ -108,6 +117,10 @@ class PerfStepConfig:
             raise PerfError(
                 f"--ab-budget {self.ab_budget_s!r} is not a time budget: give seconds per "
                 f"benchmark, > 0 and <= {MAX_AB_BUDGET_S:g}"
+            )
+        if self.ab_start not in AB_STARTS:
+            raise PerfError(
+                f"--ab-start {self.ab_start!r} is not a choice: give one of {', '.join(AB_STARTS)}"
             )
         if self.group not in GROUPS:
             raise PerfError(
@@ -366,6 +379,7 @@ def _ci_step(
                 pairs=config.ab_pairs,
                 max_seconds=config.ab_budget_s,
                 echo=echo,
+                start=config.ab_start,
             )
             report = apply_ab(report, ab)
             why = (
