@@ -13,8 +13,8 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   setup, raised).
 - ``{"op": "sample"}`` times one sample in CPU time (``time.process_time``); replies
   ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
-  f times the sample's CPU time measured at load (an injected slowdown of f, for
-  ``harness perf calibrate``), counted in the sample.
+  f times one sample's CPU time (the median of 3, taken before the first such sample: an
+  injected slowdown of f, for ``harness perf calibrate``), counted in the sample.
 - ``{"op": "teardown"}`` runs the benchmark's teardown.
 - ``{"op": "list"}`` replies ``{"ok": true, "names": [...]}``: every timing benchmark, one name
   per parameter combination, as the gate's rows name them (``harness perf calibrate``).
@@ -133,7 +133,9 @@ def serve(root: str, requests: Any, replies: Any) -> None:
     bench: Any = None
     timer: Any = None
     number = 1
-    reference = 0.0  # one sample's CPU time right after load: the unit of injected extra work
+    # One sample's CPU time (the median of 3, taken before the first sample that asks for extra
+    # work): the unit of injected extra work. Not taken when no sample asks (the gate's own).
+    reference = 0.0
     for line in requests:
         request = json.loads(line)
         reply: dict[str, Any]
@@ -141,12 +143,14 @@ def serve(root: str, requests: Any, replies: Any) -> None:
             if request["op"] == "load":
                 before = set(sys.modules)
                 bench, timer, number = _load(root, request["name"], request.get("number"))
-                reference = sorted(timer.timeit(number) for _ in range(3))[1]
+                reference = 0.0
                 after = set(sys.modules)
                 reply = {"ok": True, "number": number, "modules": _third_party(after - before)}
             elif request["op"] == "sample":
-                seconds = timer.timeit(number)
                 extra = float(request.get("extra", 0.0))
+                if extra > 0 and not reference:  # measured once, before the first timed sample
+                    reference = sorted(timer.timeit(number) for _ in range(3))[1]
+                seconds = timer.timeit(number)
                 if extra > 0:
                     seconds += _spin(extra * reference)
                 reply = {"ok": True, "seconds": seconds / number}

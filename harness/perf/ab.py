@@ -19,7 +19,14 @@ identical code differ by a few percent for as long as they live (their memory la
 core each was scheduled on, and what else ran on its sibling), and one pair of workers read
 identical code as 1.13x and 1.20x, "significantly", over 20 pairs (docs/perf.md). Across fresh
 pairs that difference is random, so the gate treats blocks, not pairs, as the independent
-units (decision.compare_blocks). Pairs are taken sequentially (sequential.py): ``pairs``
+units (decision.compare_blocks). The pair is forked, not exec'd: one zygote per side (a fork
+server, ``_Zygote``) imports asv_runner and, after the first block, the installed modules the
+benchmark imported (numpy, torch; never the benchmarks' own code, which differs between base
+and head), and every block's worker is a child of it that imports the benchmark, sets it up
+and moves its own allocations by a random amount (fresh processes get a new layout from
+address-space randomization; a forked child would otherwise share its zygote's); the first
+block's calls per sample are kept for the others. ``start="exec"`` starts fresh processes
+instead, the design before (docs/perf.md compares the two). Pairs are taken sequentially (sequential.py): ``pairs``
 first, more while the verdict is undecided, within a pair count and a time budget per
 benchmark. Both workers get the same PYTHONHASHSEED, so that hashing is not one more
 difference between them.
