@@ -26,10 +26,10 @@ and head), and every block's worker is a child of it that imports the benchmark,
 and moves its own allocations by a random amount (fresh processes get a new layout from
 address-space randomization; a forked child would otherwise share its zygote's); the first
 block's calls per sample are kept for the others. ``start="exec"`` starts fresh processes
-instead, the design before (docs/perf.md compares the two). Pairs are taken sequentially (sequential.py): ``pairs``
-first, more while the verdict is undecided, within a pair count and a time budget per
-benchmark. Both workers get the same PYTHONHASHSEED, so that hashing is not one more
-difference between them.
+instead, the design before (docs/perf.md compares the two). Pairs are taken sequentially
+(sequential.py): ``pairs`` first, more while the verdict is undecided, within a pair count and
+a time budget per benchmark. Both workers get the same PYTHONHASHSEED, so that hashing is not
+one more difference between them.
 
 The worker (``_ab_worker.py``) runs as a script copied to a temporary folder, so that the base
 side never imports this version of ``harness``.
@@ -215,18 +215,32 @@ class _Zygote:
             )
         theirs.close()
         self.preloaded: set[str] = set()
+        self.pending = False  # a request whose reply is not read yet
 
     def _call(
-        self, request: dict[str, Any], fds: Sequence[int] = (), timeout: float = REQUEST_TIMEOUT
+        self,
+        request: dict[str, Any],
+        fds: Sequence[int] = (),
+        timeout: float = REQUEST_TIMEOUT,
+        *,
+        wait: bool = True,
     ) -> dict[str, Any]:
+        """Send request (with fds); wait for its reply unless ``wait`` is False (then the next
+        call collects it first: a preload runs while the current block samples)."""
         self.sock.settimeout(timeout)
+        data, why = b"{}", ""
         try:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
-            data = self.sock.recv(65536)
+            if self.pending:
+                self.pending = False
+                data = self.sock.recv(65536)
+            if data:
+                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+                if not wait:
+                    self.pending = True
+                    return {"ok": True}
+                data = self.sock.recv(65536)
         except OSError as exc:  # a timeout, or a zygote that is gone
             data, why = b"", f": {exc}"
-        else:
-            why = ""
         if not data:
             if self.proc.poll() is None:
                 self.proc.kill()
@@ -258,11 +272,11 @@ class _Zygote:
         return _Worker(int(reply["pid"]), requests, replies, stderr_path)
 
     def preload(self, modules: Sequence[str]) -> None:
-        """Import these installed modules in the zygote, for the children forked from now on (a
-        module that fails to import there is imported by each child as before)."""
+        """Import these installed modules in the zygote, for the children forked after this
+        block (a module that fails to import there is imported by each child as before)."""
         new = sorted(set(modules) - self.preloaded)
-        if new:
-            self._call({"op": "preload", "modules": new})
+        if new:  # imported while this block samples (on the other CPU, where there is one)
+            self._call({"op": "preload", "modules": new}, wait=False)
             self.preloaded.update(new)
 
     def close(self) -> None:
