@@ -4,8 +4,10 @@ Started by harness.perf.ab as a script (``python _ab_worker.py BENCHMARK_DIR``),
 as part of ``harness``: the base side runs with the base commit's code ahead on sys.path, which
 may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
 
-- ``{"op": "load", "name": "bench_x.Class.time_y(1, 'a')", "number": N or null}`` finds the
-  benchmark with asv's own discovery (asv_runner), runs its setup_cache and setup, picks the
+- ``{"op": "load", "name": "bench_x.Class.time_y(1, 'a')", "number": N or null, "cache_dir":
+  DIR or null}`` finds the benchmark with asv's own discovery (asv_runner), runs its
+  setup_cache (or reads its value from DIR, where the first block's worker left it) and
+  setup, picks the
   number of calls per sample as asv does (at least ``sample_time``, 10 ms by default) unless
   given one, and warms up; replies ``{"ok": true, "number": N, "modules": [...]}`` (the
   installed third-party top-level modules the load imported: what a zygote may import for the
@@ -27,10 +29,12 @@ above on them, after moving its allocations by an amount drawn from S (``_scatte
 reseeding the random generators, and replies ``{"ok": true, "pid": P}``.
 """
 
+import hashlib
 import importlib
 import itertools
 import json
 import os
+import pickle
 import random
 import signal
 import socket
@@ -73,12 +77,33 @@ def _list(root: str) -> list[str]:
     return names
 
 
-def _load(root: str, full_name: str, number: Any = None) -> tuple[Any, Any, int]:
+def _setup_cache(bench: Any, cache_dir: Any) -> Any:
+    """The value of the benchmark's setup_cache: computed once per side and kept (pickled, as
+    asv keeps it) in cache_dir for the later blocks' workers, keyed as asv keys it (benchmarks
+    that share a setup_cache share its value); without cache_dir, computed here."""
+    if not cache_dir:
+        return bench.do_setup_cache()
+    key = hashlib.sha256(str(bench.setup_cache_key).encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir, f"{key}.pickle")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    value = bench.do_setup_cache()
+    os.makedirs(cache_dir, exist_ok=True)
+    with open(f"{path}.{os.getpid()}", "wb") as f:
+        pickle.dump(value, f)
+    os.replace(f"{path}.{os.getpid()}", path)
+    return value
+
+
+def _load(
+    root: str, full_name: str, number: Any = None, cache_dir: Any = None
+) -> tuple[Any, Any, int]:
     bench = _find(root, full_name)
     if getattr(bench, "type", None) != "time":
         raise ValueError(f"{full_name} is a {getattr(bench, 'type', '?')} benchmark, not a timing")
     if bench._setup_cache is not None:
-        bench.set_cache(bench.do_setup_cache())
+        bench.set_cache(_setup_cache(bench, cache_dir))
     if bench.do_setup():
         raise ValueError(f"{full_name} skipped itself in setup")
     # CPU time of this process, not wall time: on a runner shared with other jobs a sample's
@@ -142,7 +167,9 @@ def serve(root: str, requests: Any, replies: Any) -> None:
         try:
             if request["op"] == "load":
                 before = set(sys.modules)
-                bench, timer, number = _load(root, request["name"], request.get("number"))
+                bench, timer, number = _load(
+                    root, request["name"], request.get("number"), request.get("cache_dir")
+                )
                 reference = 0.0
                 after = set(sys.modules)
                 reply = {"ok": True, "number": number, "modules": _third_party(after - before)}

@@ -341,6 +341,38 @@ def test_forked_workers_import_numpy_random_once_yet_draw_afresh_and_a_dying_one
     assert failed.error and "worker exited" in failed.error and not failed.base
 
 
+# A setup_cache that writes down the process that computed it, and a benchmark that uses it.
+CACHED_BENCH = """
+
+class Cached:
+    def setup_cache(self):
+        import os
+
+        with open(os.environ["TINY_CACHES"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        return [7] * 1000
+
+    def time_sum(self, cached):
+        sum(cached)
+"""
+
+
+def test_setup_cache_is_computed_once_per_side_and_its_value_reused_by_later_blocks(
+    tmp_path, monkeypatch
+):
+    """asv computes a setup_cache once per run; the A/B pairs do so once per side (base and
+    head run different code), not once per block: 3 blocks, 2 computations."""
+    repo, base = make_repo(tmp_path, bench=bench_source(extra=CACHED_BENCH))
+    caches = tmp_path / "caches.txt"
+    monkeypatch.setenv("TINY_CACHES", str(caches))
+    ab = perf.measure_ab(
+        repo, base, ["bench_tiny.Cached.time_sum"], factor=1.2, pairs=15, max_pairs=15
+    )
+    result = ab["bench_tiny.Cached.time_sum"]
+    assert result.error is None and len(result.base) == len(result.head) == 15
+    assert len(caches.read_text().splitlines()) == 2
+
+
 def test_a_worker_start_that_is_not_a_choice_is_refused_by_name(project):
     repo, c = project
     with pytest.raises(perf.PerfError, match="'spawn'"):
