@@ -17,6 +17,7 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
   f times one sample's CPU time (the median of 3, taken before the first such sample: an
   injected slowdown of f, for ``harness perf calibrate``), counted in the sample.
+- ``{"op": "warmup"}`` warms up again (a worker loaded ahead of its block, ab.py's prefetch).
 - ``{"op": "teardown"}`` runs the benchmark's teardown.
 - ``{"op": "list"}`` replies ``{"ok": true, "names": [...]}``: every timing benchmark, one name
   per parameter combination, as the gate's rows name them (``harness perf calibrate``).
@@ -120,12 +121,17 @@ def _load(
             if timer.timeit(number) >= sample_time:
                 break
             number *= 2
+    _warm_up(bench, timer, number)
+    return bench, timer, number
+
+
+def _warm_up(bench: Any, timer: Any, number: int) -> None:
+    """Run the benchmark for its warmup_time (asv's; 0.05 s when unset, at most 0.2 s)."""
     warmup = getattr(bench, "warmup_time", -1)
     warmup = 0.05 if warmup is None or warmup < 0 else min(float(warmup), 0.2)
     end = time.perf_counter() + warmup
     while time.perf_counter() < end:
         timer.timeit(number)
-    return bench, timer, number
 
 
 def _spin(seconds: float) -> float:
@@ -181,6 +187,9 @@ def serve(root: str, requests: Any, replies: Any) -> None:
                 if extra > 0:
                     seconds += _spin(extra * reference)
                 reply = {"ok": True, "seconds": seconds / number}
+            elif request["op"] == "warmup":
+                _warm_up(bench, timer, number)
+                reply = {"ok": True}
             elif request["op"] == "list":
                 reply = {"ok": True, "names": _list(root)}
             elif request["op"] == "teardown":

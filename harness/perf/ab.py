@@ -129,12 +129,16 @@ class _Worker:
         assert proc.stdin is not None and proc.stdout is not None
         return cls(proc.pid, proc.stdin, proc.stdout, stderr_path, proc)
 
-    def ask(self, request: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+    def send(self, request: dict[str, Any]) -> str | None:
+        """Send request without waiting for the reply (receive reads it); None, or why not."""
         try:
             self.requests.write(json.dumps(request) + "\n")
             self.requests.flush()
         except (OSError, ValueError):  # the worker is gone (a broken pipe), or closed
-            return {"ok": False, "error": self._died()}
+            return self._died()
+        return None
+
+    def receive(self, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
         with selectors.DefaultSelector() as sel:
             sel.register(self.replies, selectors.EVENT_READ)
             if not sel.select(timeout):
@@ -145,6 +149,10 @@ class _Worker:
             return {"ok": False, "error": self._died()}
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+    def ask(self, request: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+        error = self.send(request)
+        return {"ok": False, "error": error} if error else self.receive(timeout)
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -376,7 +384,14 @@ def measure_ab(
                 )
             try:
                 result = _measure_one(
-                    spawn, name, factor, plan, extra=extra, loaded=loaded, cache_dirs=caches
+                    spawn,
+                    name,
+                    factor,
+                    plan,
+                    extra=extra,
+                    loaded=loaded,
+                    cache_dirs=caches,
+                    prefetch=len(cpus) >= 2,
                 )
             except BaseException:
                 for zygote in zygotes.values():
@@ -404,6 +419,7 @@ def _measure_one(
     extra: float = 0.0,
     loaded: Callable[[str, dict[str, Any]], None] | None = None,
     cache_dirs: dict[str, str] | None = None,
+    prefetch: bool = False,
 ) -> ABResult:
     """Sample name sequentially, a fresh worker pair for every block of AB_BLOCK pairs.
     extra: the head side adds this fraction of its sample's CPU time as more work (calibrate).
@@ -411,7 +427,10 @@ def _measure_one(
     calls per sample are picked in the first block and kept for the others (the same work per
     sample throughout, and no calibration to repeat). cache_dirs: per side, a folder where the
     first block's worker leaves the value of the benchmark's setup_cache for the later blocks
-    (asv computes it once per run too: a 100,000-run database is not rebuilt 24 times)."""
+    (asv computes it once per run too: a 100,000-run database is not rebuilt 24 times).
+    prefetch: start each next block's pair (spawn, load: import, setup) while this block
+    samples, pinned to the next CPU, and warm it up again when its block starts; only where
+    there are two CPUs or more (on one it would compete with the samples for the CPU)."""
     result = ABResult(name, [], [])
     workers: dict[str, _Worker] = {}
     numbers: dict[str, int] = {}
@@ -422,21 +441,54 @@ def _measure_one(
             worker.close()
         workers.clear()
 
+    prepared: dict[int, dict[str, _Worker]] = {}  # the next block's pair, loading
+
+    def close_prepared() -> None:
+        for pair in prepared.values():
+            for worker in pair.values():
+                worker.close()  # its load reply unread: closing its requests ends it
+        prepared.clear()
+
+    def start_load(block: int) -> dict[str, _Worker]:
+        """Spawn block's pair and send both their load requests (replies read by finish_load)."""
+        pair = spawn(block)
+        for side, worker in pair.items():
+            load: dict[str, Any] = {"op": "load", "name": name, "number": numbers.get(side)}
+            if cache_dirs:
+                load["cache_dir"] = cache_dirs[side]
+            error = worker.send(load)
+            if error:
+                for w in pair.values():
+                    w.close()
+                raise SamplerError(f"{side}: {error}")
+        return pair
+
+    def finish_load(pair: dict[str, _Worker], warm: bool) -> None:
+        for side, worker in pair.items():
+            reply = worker.receive()
+            if reply.get("ok") and warm:  # it loaded while the block before sampled: warm again
+                reply = worker.ask({"op": "warmup"}) | {"number": reply.get("number")}
+            if not reply.get("ok"):
+                raise SamplerError(f"{side}: {reply.get('error')}")
+            if side not in numbers:
+                numbers[side] = int(reply["number"])
+                if loaded is not None:
+                    loaded(side, reply)
+
     def sample_pair(i: int) -> tuple[float, float]:
         if i % AB_BLOCK == 0:
             close()
-            workers.update(spawn(i // AB_BLOCK))
-            for side, worker in workers.items():
-                load: dict[str, Any] = {"op": "load", "name": name, "number": numbers.get(side)}
-                if cache_dirs:
-                    load["cache_dir"] = cache_dirs[side]
-                reply = worker.ask(load)
-                if not reply.get("ok"):
-                    raise SamplerError(f"{side}: {reply.get('error')}")
-                if side not in numbers:
-                    numbers[side] = int(reply["number"])
-                    if loaded is not None:
-                        loaded(side, reply)
+            block = i // AB_BLOCK
+            ahead = prepared.pop(block, None)
+            workers.update(ahead or start_load(block))
+            try:
+                finish_load(workers, warm=ahead is not None)
+            finally:
+                close_prepared()
+            # The next block's pair loads on the other CPU while this one samples (not during the
+            # first block: the zygotes are then importing what it reported, and a fork waits).
+            if prefetch and block >= 1:
+                prepared[block + 1] = start_load(block + 1)
         # The order alternates so that neither side always goes first.
         got: dict[str, float] = {}
         for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
@@ -452,6 +504,7 @@ def _measure_one(
     try:
         sampled = sample_until_decided(sample_pair, factor, plan)
     finally:
+        close_prepared()
         close()
     result.base, result.head, result.error = sampled.base, sampled.head, sampled.error
     result.comparison, result.stopped = sampled.comparison, sampled.stopped

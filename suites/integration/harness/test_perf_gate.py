@@ -330,8 +330,10 @@ def test_forked_workers_import_numpy_random_once_yet_draw_afresh_and_a_dying_one
     for line in draws.read_text().splitlines():
         pid, value = line.split()
         first.setdefault(pid, value)
-    assert len(first) == 6  # 3 blocks, 2 sides: each a process of its own
-    assert len(set(first.values())) == 6
+    # 3 blocks, 2 sides: each a process of its own (with 2 CPUs or more, one more pair was
+    # loaded ahead for a fourth block that was not needed)
+    assert len(first) in (6, 8)
+    assert len(set(first.values())) == len(first)
 
     monkeypatch.setenv("TINY_EXIT_IN_SETUP", "1")
     ab = perf.measure_ab(
