@@ -57,7 +57,12 @@ def make_repo(path: Path, case: str, slowdown: float = 1.0) -> Path:
 
 
 def gate_once(
-    repo: Path, reports: Path, passes: int, load: int, factor: float | None = None
+    repo: Path,
+    reports: Path,
+    passes: int,
+    load: int,
+    factor: float | None = None,
+    ab_start: str | None = None,
 ) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -77,6 +82,7 @@ def gate_once(
         "--report-dir",
         str(reports),
     ] + ([] if factor is None else ["--factor", str(factor)])
+    cmd += [] if ab_start is None else ["--ab-start", ab_start]
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_BASE_REF", "CI")}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
     started = time.monotonic()
@@ -118,6 +124,9 @@ def main() -> int:
         "--slowdown", type=float, default=1.0, help="slow case: this fraction more work (1: 2x)"
     )
     parser.add_argument("--factor", type=float, default=None, help="the gate's (its default)")
+    parser.add_argument(
+        "--ab-start", choices=["fork", "exec"], default=None, help="the gate's (its default)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
     args = parser.parse_args()
 
@@ -132,7 +141,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="perf-gate-noise-") as tmp:
         repo = make_repo(Path(tmp), args.case, args.slowdown)
         for n in range(args.runs):
-            row = gate_once(repo, Path(tmp) / f"reports-{n}", args.passes, args.load, args.factor)
+            row = gate_once(
+                repo, Path(tmp) / f"reports-{n}", args.passes, args.load, args.factor, args.ab_start
+            )
             rows.append(row)
             print(
                 f"run {n + 1:2d}: exit {row['exit']} {row.get('status')} ratio {row.get('ratio')} "

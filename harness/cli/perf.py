@@ -406,6 +406,14 @@ def _check_head_is_checkout(root: Path, head: str) -> None:
     "samples decide.",
 )
 @click.option(
+    "--ab-start",
+    type=click.Choice(list(lib.AB_STARTS)),
+    default=lib.DEFAULT_START,
+    show_default=True,
+    help="How each block's fresh pair of A/B workers starts: forked from one zygote per side "
+    "(imports paid once) or exec'd afresh (the design before; docs/perf.md compares them).",
+)
+@click.option(
     "--ab-budget",
     type=click.FloatRange(min=0, min_open=True, max=3600),
     default=lib.MAX_SECONDS_PER_BENCHMARK,
@@ -440,6 +448,7 @@ def ci(
     measure_base: lib.MeasureBase,  # one of click.Choice's, checked again by PerfStepConfig
     passes: int,
     ab_pairs: int,
+    ab_start: str,
     ab_budget: float,
     group: str,
     bench: str | None,
@@ -459,6 +468,7 @@ def ci(
             measure_base=measure_base,
             passes=passes,
             ab_pairs=ab_pairs,
+            ab_start=ab_start,
             ab_budget_s=ab_budget,
             group=group,
             bench=bench,
@@ -514,6 +524,14 @@ def ci(
     help="A/B pairs before the first look of each trial, as the gate takes them.",
 )
 @click.option(
+    "--ab-start",
+    type=click.Choice(list(lib.AB_STARTS)),
+    default=lib.DEFAULT_START,
+    show_default=True,
+    help="How each block's fresh pair of A/B workers starts: forked from one zygote per side "
+    "(imports paid once) or exec'd afresh (the design before; docs/perf.md compares them).",
+)
+@click.option(
     "--ab-budget",
     type=click.FloatRange(min=0, min_open=True, max=3600),
     default=lib.MAX_SECONDS_PER_BENCHMARK,
@@ -529,6 +547,7 @@ def calibrate(
     trials: int,
     slowdowns: tuple[float, ...],
     ab_pairs: int,
+    ab_start: str,
     ab_budget: float,
     machine: str | None,
 ) -> None:
@@ -575,6 +594,7 @@ def calibrate(
                     pairs=ab_pairs,
                     max_seconds=ab_budget,
                     extra=extra,
+                    start=ab_start,
                 )
                 bar.advance(task)
                 return found

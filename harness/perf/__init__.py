@@ -71,7 +71,9 @@ from harness.perf._common import (
     resolve_machine,
 )
 from harness.perf.ab import (
+    AB_STARTS,
     DEFAULT_PAIRS,
+    DEFAULT_START,
     MAX_AB_PAIRS,
     MAX_SECONDS_PER_BENCHMARK,
     ABResult,
@@ -227,7 +229,9 @@ __all__ = [
     "ab_candidates",
     "apply_ab",
     # interleaved A/B timing (ab)
+    "AB_STARTS",
     "DEFAULT_PAIRS",
+    "DEFAULT_START",
     "MAX_AB_PAIRS",
     "MAX_SECONDS_PER_BENCHMARK",
     "ABResult",

@@ -4,23 +4,41 @@ Started by harness.perf.ab as a script (``python _ab_worker.py BENCHMARK_DIR``),
 as part of ``harness``: the base side runs with the base commit's code ahead on sys.path, which
 may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
 
-- ``{"op": "load", "name": "bench_x.Class.time_y(1, 'a')"}`` finds the benchmark with asv's own
-  discovery (asv_runner), runs its setup_cache and setup, picks the number of calls per sample
-  as asv does (at least ``sample_time``, 10 ms by default) and warms up; replies
-  ``{"ok": true, "number": N}``, or ``{"ok": false, "error": "..."}`` (not a timing benchmark,
-  skipped by its setup, raised).
+- ``{"op": "load", "name": "bench_x.Class.time_y(1, 'a')", "number": N or null, "cache_dir":
+  DIR or null}`` finds the benchmark with asv's own discovery (asv_runner), runs its
+  setup_cache (or reads its value from DIR, where the first block's worker left it) and
+  setup, picks the
+  number of calls per sample as asv does (at least ``sample_time``, 10 ms by default) unless
+  given one, and warms up; replies ``{"ok": true, "number": N, "modules": [...]}`` (the
+  installed third-party top-level modules the load imported: what a zygote may import for the
+  next children), or ``{"ok": false, "error": "..."}`` (not a timing benchmark, skipped by its
+  setup, raised).
 - ``{"op": "sample"}`` times one sample in CPU time (``time.process_time``); replies
   ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
-  f times the sample's CPU time measured at load (an injected slowdown of f, for
-  ``harness perf calibrate``), counted in the sample.
+  f times one sample's CPU time (the median of 3, taken before the first such sample: an
+  injected slowdown of f, for ``harness perf calibrate``), counted in the sample.
+- ``{"op": "warmup"}`` warms up again (a worker loaded ahead of its block, ab.py's prefetch).
 - ``{"op": "teardown"}`` runs the benchmark's teardown.
 - ``{"op": "list"}`` replies ``{"ok": true, "names": [...]}``: every timing benchmark, one name
   per parameter combination, as the gate's rows name them (``harness perf calibrate``).
+
+``python _ab_worker.py --zygote BENCHMARK_DIR FD`` is a fork server instead (harness.perf.ab's
+``_Zygote``): on the Unix socket FD it takes ``{"op": "preload", "modules": [...]}`` (import
+them here, once, for every later child) and ``{"op": "fork", "seed": S}`` with three file
+descriptors attached (requests, replies, stderr): it forks a child that serves the requests
+above on them, after moving its allocations by an amount drawn from S (``_scatter``) and
+reseeding the random generators, and replies ``{"ok": true, "pid": P}``.
 """
 
+import hashlib
+import importlib
 import itertools
 import json
 import os
+import pickle
+import random
+import signal
+import socket
 import sys
 import time
 import traceback
@@ -60,12 +78,33 @@ def _list(root: str) -> list[str]:
     return names
 
 
-def _load(root: str, full_name: str) -> tuple[Any, Any, int]:
+def _setup_cache(bench: Any, cache_dir: Any) -> Any:
+    """The value of the benchmark's setup_cache: computed once per side and kept (pickled, as
+    asv keeps it) in cache_dir for the later blocks' workers, keyed as asv keys it (benchmarks
+    that share a setup_cache share its value); without cache_dir, computed here."""
+    if not cache_dir:
+        return bench.do_setup_cache()
+    key = hashlib.sha256(str(bench.setup_cache_key).encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir, f"{key}.pickle")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    value = bench.do_setup_cache()
+    os.makedirs(cache_dir, exist_ok=True)
+    with open(f"{path}.{os.getpid()}", "wb") as f:
+        pickle.dump(value, f)
+    os.replace(f"{path}.{os.getpid()}", path)
+    return value
+
+
+def _load(
+    root: str, full_name: str, number: Any = None, cache_dir: Any = None
+) -> tuple[Any, Any, int]:
     bench = _find(root, full_name)
     if getattr(bench, "type", None) != "time":
         raise ValueError(f"{full_name} is a {getattr(bench, 'type', '?')} benchmark, not a timing")
     if bench._setup_cache is not None:
-        bench.set_cache(bench.do_setup_cache())
+        bench.set_cache(_setup_cache(bench, cache_dir))
     if bench.do_setup():
         raise ValueError(f"{full_name} skipped itself in setup")
     # CPU time of this process, not wall time: on a runner shared with other jobs a sample's
@@ -73,19 +112,26 @@ def _load(root: str, full_name: str) -> tuple[Any, Any, int]:
     bench.timer = time.process_time
     timer = bench._get_timer(*bench._build_params())
     sample_time = float(getattr(bench, "sample_time", 0.01) or 0.01)
-    number = int(getattr(bench, "number", 0) or 0)
+    # The driver passes the first block's number to later blocks: the same work per sample in
+    # every block, and no calibration to pay again.
+    number = int(number or getattr(bench, "number", 0) or 0)
     if number <= 0:
         number = 1
         while number < 10**7:
             if timer.timeit(number) >= sample_time:
                 break
             number *= 2
+    _warm_up(bench, timer, number)
+    return bench, timer, number
+
+
+def _warm_up(bench: Any, timer: Any, number: int) -> None:
+    """Run the benchmark for its warmup_time (asv's; 0.05 s when unset, at most 0.2 s)."""
     warmup = getattr(bench, "warmup_time", -1)
     warmup = 0.05 if warmup is None or warmup < 0 else min(float(warmup), 0.2)
     end = time.perf_counter() + warmup
     while time.perf_counter() < end:
         timer.timeit(number)
-    return bench, timer, number
 
 
 def _spin(seconds: float) -> float:
@@ -97,30 +143,53 @@ def _spin(seconds: float) -> float:
     return time.process_time() - start
 
 
-def main() -> None:
-    # Replies go to the original stdout; anything a benchmark prints (Python or C) goes to stderr.
-    replies = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    root = sys.argv[1]
+def _third_party(names: "set[str]") -> list[str]:
+    """The modules among names (dotted) that were imported from the installed environment's
+    site-packages, not from the project's code tree: what a zygote may import once for every
+    child, as it is the same code on both sides. Sorted, so a package comes before its parts."""
+    prefixes = tuple(os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix))
+    out = []
+    for name in sorted(names):
+        origin = getattr(sys.modules.get(name), "__file__", None)
+        if not origin or name == "__main__":
+            continue
+        real = os.path.realpath(origin)
+        if real.startswith(prefixes) and f"{os.sep}site-packages{os.sep}" in real:
+            out.append(name)
+    return out
+
+
+def serve(root: str, requests: Any, replies: Any) -> None:
+    """Answer JSON-line requests (the module docstring lists them) until requests end."""
     bench: Any = None
     timer: Any = None
     number = 1
-    reference = 0.0  # one sample's CPU time right after load: the unit of injected extra work
-    for line in sys.stdin:
+    # One sample's CPU time (the median of 3, taken before the first sample that asks for extra
+    # work): the unit of injected extra work. Not taken when no sample asks (the gate's own).
+    reference = 0.0
+    for line in requests:
         request = json.loads(line)
         reply: dict[str, Any]
         try:
             if request["op"] == "load":
-                bench, timer, number = _load(root, request["name"])
-                reference = sorted(timer.timeit(number) for _ in range(3))[1]
-                reply = {"ok": True, "number": number}
+                before = set(sys.modules)
+                bench, timer, number = _load(
+                    root, request["name"], request.get("number"), request.get("cache_dir")
+                )
+                reference = 0.0
+                after = set(sys.modules)
+                reply = {"ok": True, "number": number, "modules": _third_party(after - before)}
             elif request["op"] == "sample":
-                seconds = timer.timeit(number)
                 extra = float(request.get("extra", 0.0))
+                if extra > 0 and not reference:  # measured once, before the first timed sample
+                    reference = sorted(timer.timeit(number) for _ in range(3))[1]
+                seconds = timer.timeit(number)
                 if extra > 0:
                     seconds += _spin(extra * reference)
                 reply = {"ok": True, "seconds": seconds / number}
+            elif request["op"] == "warmup":
+                _warm_up(bench, timer, number)
+                reply = {"ok": True}
             elif request["op"] == "list":
                 reply = {"ok": True, "names": _list(root)}
             elif request["op"] == "teardown":
@@ -137,5 +206,100 @@ def main() -> None:
         replies.flush()
 
 
+def main() -> None:
+    # Replies go to the original stdout; anything a benchmark prints (Python or C) goes to stderr.
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(sys.argv[1], sys.stdin, replies)
+
+
+def _scatter(seed: int) -> list[Any]:
+    """Move where this child's later allocations land, by an amount drawn from seed.
+
+    A forked child inherits its zygote's memory layout, where a fresh process gets a new one
+    from address-space randomization; two long-lived processes running identical code differ
+    by a few percent (docs/perf.md), and that difference must stay random from block to block.
+    This holds on to: a block of whole pages (an mmap of its own: later mmaps, pymalloc's
+    arenas and large arrays among them, start that many pages lower), a buffer below the mmap
+    threshold (moves the malloc heap's top) and small objects of mixed sizes (moves pymalloc's
+    free slots). Kept until the child exits."""
+    rng = random.Random(seed)
+    keep: list[Any] = [bytearray(4096 * rng.randrange(64, 1024))]
+    keep.append(bytearray(16 * rng.randrange(1, 4096)))
+    keep += [bytes(rng.randrange(1, 512)) for _ in range(rng.randrange(0, 2048))]
+    return keep
+
+
+def _child(root: str, fds: "list[int]", seed: int) -> None:  # pragma: no cover - forked
+    requests_fd, replies_fd, stderr_fd = fds
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's reaping is not the child's
+    os.dup2(stderr_fd, 2)
+    os.dup2(stderr_fd, 1)  # anything a benchmark prints goes to the error file
+    os.close(stderr_fd)
+    sys.stdout = sys.stderr
+    # A fresh process seeds its random generators from the OS: so does a forked child.
+    random.seed()
+    # Only generators already imported (by the zygote): importing one here would hide it from
+    # the modules the load reports.
+    for name, reseed in (("numpy.random", "seed"), ("torch", "seed")):
+        module = sys.modules.get(name)
+        fn = getattr(module, reseed, None) if module is not None else None
+        if callable(fn):
+            fn()
+    keep = _scatter(seed)
+    code = 0
+    try:
+        serve(root, os.fdopen(requests_fd, "r"), os.fdopen(replies_fd, "w"))
+    except BaseException:
+        code = 1
+    del keep
+    os._exit(code)
+
+
+def zygote(root: str, control_fd: int) -> None:
+    """A fork server: imports asv_runner (and, on request, installed third-party modules such as
+    numpy or torch: never the benchmarks' code, which differs between base and head) once, then
+    forks a child per request that serves one block of samples on the pipes it was sent."""
+    import asv_runner.discovery  # type: ignore[import-untyped]  # noqa: F401  (every child needs it)
+
+    os.dup2(2, 1)  # what an import prints goes to the error file; replies go on the socket
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    control = socket.socket(fileno=control_fd)
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 65536, 3)
+        if not message:
+            return
+        request = json.loads(message)
+        reply: dict[str, Any]
+        try:
+            if request["op"] == "fork":
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child
+                    control.close()
+                    _child(root, fds, int(request["seed"]))
+                for fd in fds:
+                    os.close(fd)
+                reply = {"ok": True, "pid": pid}
+            elif request["op"] == "preload":
+                failed = []
+                for name in request["modules"]:
+                    try:
+                        importlib.import_module(name)
+                    except BaseException:  # not preloaded: the child imports it itself
+                        failed.append(name)
+                reply = {"ok": True, "failed": failed}
+            else:
+                reply = {"ok": False, "error": f"unknown op {request['op']!r}"}
+        except BaseException as exc:
+            reply = {"ok": False, "error": traceback.format_exception_only(type(exc), exc)[-1]}
+        control.send(json.dumps(reply).encode())
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--zygote":
+        zygote(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

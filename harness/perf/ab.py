@@ -19,10 +19,17 @@ identical code differ by a few percent for as long as they live (their memory la
 core each was scheduled on, and what else ran on its sibling), and one pair of workers read
 identical code as 1.13x and 1.20x, "significantly", over 20 pairs (docs/perf.md). Across fresh
 pairs that difference is random, so the gate treats blocks, not pairs, as the independent
-units (decision.compare_blocks). Pairs are taken sequentially (sequential.py): ``pairs``
-first, more while the verdict is undecided, within a pair count and a time budget per
-benchmark. Both workers get the same PYTHONHASHSEED, so that hashing is not one more
-difference between them.
+units (decision.compare_blocks). The pair is forked, not exec'd: one zygote per side (a fork
+server, ``_Zygote``) imports asv_runner and, after the first block, the installed modules the
+benchmark imported (numpy, torch; never the benchmarks' own code, which differs between base
+and head), and every block's worker is a child of it that imports the benchmark, sets it up
+and moves its own allocations by a random amount (fresh processes get a new layout from
+address-space randomization; a forked child would otherwise share its zygote's); the first
+block's calls per sample are kept for the others. ``start="exec"`` starts fresh processes
+instead, the design before (docs/perf.md compares the two). Pairs are taken sequentially
+(sequential.py): ``pairs`` first, more while the verdict is undecided, within a pair count and
+a time budget per benchmark. Both workers get the same PYTHONHASHSEED, so that hashing is not
+one more difference between them.
 
 The worker (``_ab_worker.py``) runs as a script copied to a temporary folder, so that the base
 side never imports this version of ``harness``.
@@ -32,16 +39,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
+import random
 import selectors
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from harness.perf._common import Echo, PerfError, Project, _asv_environ, check_factor, python_path
 from harness.perf.decision import Comparison
@@ -63,6 +74,9 @@ MAX_PAIRS_FACTOR = 10
 # A benchmark's A/B stops after this many seconds even with fewer pairs (then the gate says
 # "undecided", or "too few samples" below 10 blocks, and exits 2).
 MAX_SECONDS_PER_BENCHMARK = 120.0
+# How each block's pair of workers starts (measure_ab's start): forked from a zygote per side.
+AB_STARTS = ("fork", "exec")
+DEFAULT_START = "fork"
 # A worker that does not answer a request (load with setup, or one sample) in this long is
 # killed and its benchmark reported as failed to measure.
 REQUEST_TIMEOUT = 300.0
@@ -82,55 +96,204 @@ class ABResult:
 
 
 class _Worker:
-    def __init__(self, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> None:
+    """One side's worker for one block: a process started afresh (``start``) or forked by a
+    zygote (``_Zygote.fork``), spoken to in JSON lines over a pair of pipes."""
+
+    def __init__(
+        self,
+        pid: int,
+        requests: IO[str],
+        replies: IO[str],
+        stderr_path: Path,
+        proc: subprocess.Popen[str] | None = None,
+    ) -> None:
+        self.pid, self.requests, self.replies = pid, requests, replies
+        self.stderr_path, self.proc = stderr_path, proc
+
+    @classmethod
+    def start(cls, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> _Worker:
         # The worker's stderr (and whatever its benchmarks print) goes to a file: a pipe could
         # fill up and block it; its tail explains a worker that died.
-        self.stderr_path = cwd / f"worker-{id(self)}.err"
-        self._stderr = self.stderr_path.open("w")
-        self.proc = subprocess.Popen(
-            [python_path(), str(script), str(bench_root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            bufsize=1,
-            env=env,
-            cwd=cwd,
-        )
+        stderr_path = cwd / f"worker-{next(_COUNTER)}.err"
+        with stderr_path.open("w") as stderr:
+            proc = subprocess.Popen(
+                [python_path(), str(script), str(bench_root)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                bufsize=1,
+                env=env,
+                cwd=cwd,
+            )
+        assert proc.stdin is not None and proc.stdout is not None
+        return cls(proc.pid, proc.stdin, proc.stdout, stderr_path, proc)
 
-    def ask(self, request: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        if self.proc.poll() is not None:
-            return {"ok": False, "error": self._died()}
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
+    def send(self, request: dict[str, Any]) -> str | None:
+        """Send request without waiting for the reply (receive reads it); None, or why not."""
+        try:
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+        except (OSError, ValueError):  # the worker is gone (a broken pipe), or closed
+            return self._died()
+        return None
+
+    def receive(self, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
         with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            sel.register(self.replies, selectors.EVENT_READ)
             if not sel.select(timeout):
-                self.proc.kill()
+                self.kill()
                 return {"ok": False, "error": f"no answer in {timeout:g} s (killed)"}
-        line = self.proc.stdout.readline()
+        line = self.replies.readline()
         if not line:
-            self.proc.wait()
             return {"ok": False, "error": self._died()}
         reply: dict[str, Any] = json.loads(line)
         return reply
 
+    def ask(self, request: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+        error = self.send(request)
+        return {"ok": False, "error": error} if error else self.receive(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        else:  # forked by a zygote, which reaps it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
     def _died(self) -> str:
-        self._stderr.flush()
-        tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
-        return f"worker exited {self.proc.returncode}" + (f": {' | '.join(tail)}" if tail else "")
+        code = ""
+        if self.proc is not None:
+            self.proc.wait()
+            code = f" {self.proc.returncode}"
+        return f"worker exited{code}" + _tail(self.stderr_path)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+        with contextlib.suppress(OSError):
+            self.requests.close()  # the worker's requests end: it exits
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
+                self.kill()
+        else:  # its replies end when it exits
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.replies, selectors.EVENT_READ)
+                if not sel.select(10) or self.replies.read():
+                    self.kill()
+        self.replies.close()
+
+
+def _tail(path: Path) -> str:
+    try:
+        tail = path.read_text(errors="replace").strip().splitlines()[-3:]
+    except OSError:
+        return ""
+    return f": {' | '.join(tail)}" if tail else ""
+
+
+_COUNTER = itertools.count()
+
+
+class _Zygote:
+    """A fork server for one side (``_ab_worker.py --zygote``): started once per gate run, it
+    imports asv_runner, and the installed third-party modules the benchmarks turned out to
+    import (numpy, torch: never the project's code, which differs between base and head), once;
+    each block's worker is a child forked from it, which imports the benchmark and sets it up.
+    A fresh Python process and its imports cost each block ~1 s under load, torch's import far
+    more; a fork costs milliseconds. The child moves its later allocations by a random amount
+    (``_ab_worker._scatter``): a forked child shares its zygote's layout where a fresh process
+    gets a new one, and the difference between two processes must stay random from block to
+    block (docs/perf.md measures it)."""
+
+    def __init__(self, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> None:
+        self.cwd = cwd
+        self.stderr_path = cwd / f"zygote-{next(_COUNTER)}.err"
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with self.stderr_path.open("w") as stderr:
+            self.proc = subprocess.Popen(
+                [python_path(), str(script), "--zygote", str(bench_root), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                cwd=cwd,
+            )
+        theirs.close()
+        self.preloaded: set[str] = set()
+        self.pending = False  # a request whose reply is not read yet
+
+    def _call(
+        self,
+        request: dict[str, Any],
+        fds: Sequence[int] = (),
+        timeout: float = REQUEST_TIMEOUT,
+        *,
+        wait: bool = True,
+    ) -> dict[str, Any]:
+        """Send request (with fds); wait for its reply unless ``wait`` is False (then the next
+        call collects it first: a preload runs while the current block samples)."""
+        self.sock.settimeout(timeout)
+        data, why = b"{}", ""
+        try:
+            if self.pending:
+                self.pending = False
+                data = self.sock.recv(65536)
+            if data:
+                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+                if not wait:
+                    self.pending = True
+                    return {"ok": True}
+                data = self.sock.recv(65536)
+        except OSError as exc:  # a timeout, or a zygote that is gone
+            data, why = b"", f": {exc}"
+        if not data:
+            if self.proc.poll() is None:
                 self.proc.kill()
-                self.proc.wait()
-        self._stderr.close()
+            self.proc.wait()
+            return {
+                "ok": False,
+                "error": f"zygote exited {self.proc.returncode}{why}" + _tail(self.stderr_path),
+            }
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+    def fork(self) -> _Worker:
+        """A child of the zygote as a worker; raises SamplerError when it cannot fork."""
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        stderr_path = self.cwd / f"worker-{next(_COUNTER)}.err"
+        err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        seed = random.SystemRandom().randrange(2**32)  # where the child's allocations land
+        try:
+            reply = self._call({"op": "fork", "seed": seed}, [req_r, rep_w, err])
+        finally:
+            for fd in (req_r, rep_w, err):
+                os.close(fd)
+        if not reply.get("ok"):
+            os.close(req_w)
+            os.close(rep_r)
+            raise SamplerError(str(reply.get("error")))
+        requests, replies = os.fdopen(req_w, "w"), os.fdopen(rep_r, "r")
+        return _Worker(int(reply["pid"]), requests, replies, stderr_path)
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """Import these installed modules in the zygote, for the children forked after this
+        block (a module that fails to import there is imported by each child as before)."""
+        new = sorted(set(modules) - self.preloaded)
+        if new:  # imported while this block samples (on the other CPU, where there is one)
+            self._call({"op": "preload", "modules": new}, wait=False)
+            self.preloaded.update(new)
+
+    def close(self) -> None:
+        self.sock.close()  # the zygote's requests end: it exits
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def measure_ab(
@@ -144,13 +307,18 @@ def measure_ab(
     max_seconds: float = MAX_SECONDS_PER_BENCHMARK,
     extra: float = 0.0,
     echo: Echo | None = None,
+    start: str = DEFAULT_START,
 ) -> dict[str, ABResult]:
     """Time each benchmark in names (``module.Class.method`` or with ``(params)``) for base_sha
     and the working tree, alternately: ``pairs`` pairs, then more while the verdict at
     ``factor`` is undecided, up to ``max_pairs`` (default MAX_PAIRS_FACTOR * pairs, at most
     MAX_AB_PAIRS) or ``max_seconds`` per benchmark (sequential.py). ``extra``: the head side
     does that fraction more work per sample (an injected slowdown: ``harness perf calibrate``).
+    start: how each block's workers start: ``fork`` (children of one zygote per side, the
+    default) or ``exec`` (fresh Python processes; the design before, kept to compare).
     """
+    if start not in AB_STARTS:
+        raise PerfError(f"worker start must be 'fork' or 'exec', got {start!r}")
     if pairs < 1:
         raise PerfError(f"pairs must be >= 1, got {pairs}")
     if not 0 <= extra <= 10:
@@ -177,17 +345,35 @@ def measure_ab(
         head_env = _asv_environ(project, same_seed)
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
+        roots = {"base": code_dir / rel, "head": project.benchmark_dir}
+        caches = {side: str(tmp / f"setup-cache-{side}") for side in roots}
+        envs = {"base": base_env, "head": head_env}
+        zygotes: dict[str, _Zygote] = {}
+
         def spawn(block: int) -> dict[str, _Worker]:
-            pair = {
-                "base": _Worker(script, code_dir / rel, base_env, tmp),
-                "head": _Worker(script, project.benchmark_dir, head_env, tmp),
-            }
+            pair: dict[str, _Worker] = {}
+            try:
+                for side in ("base", "head"):
+                    if start == "exec":
+                        pair[side] = _Worker.start(script, roots[side], envs[side], tmp)
+                        continue
+                    if side not in zygotes:
+                        zygotes[side] = _Zygote(script, roots[side], envs[side], tmp)
+                    pair[side] = zygotes[side].fork()
+            except BaseException:
+                for worker in pair.values():
+                    worker.close()
+                raise
             if cpus:  # both on one CPU: they never run at once, and share its conditions
                 for worker in pair.values():
                     # A worker that exited already: its first request reports why.
                     with contextlib.suppress(OSError):
-                        os.sched_setaffinity(worker.proc.pid, {cpus[block % len(cpus)]})
+                        os.sched_setaffinity(worker.pid, {cpus[block % len(cpus)]})
             return pair
+
+        def loaded(side: str, reply: dict[str, Any]) -> None:
+            if side in zygotes:  # later children find these imported already
+                zygotes[side].preload([str(m) for m in reply.get("modules", [])])
 
         for n, name in enumerate(names, 1):
             if echo:
@@ -196,7 +382,22 @@ def measure_ab(
                     f"blocks of {AB_BLOCK}, more while undecided (up to {plan.max_pairs} or "
                     f"{plan.budget_s:g} s)"
                 )
-            result = results[name] = _measure_one(spawn, name, factor, plan, extra=extra)
+            try:
+                result = _measure_one(
+                    spawn,
+                    name,
+                    factor,
+                    plan,
+                    extra=extra,
+                    loaded=loaded,
+                    cache_dirs=caches,
+                    prefetch=len(cpus) >= 2,
+                )
+            except BaseException:
+                for zygote in zygotes.values():
+                    zygote.close()
+                raise
+            results[name] = result
             if echo and result.error:
                 echo(f"harness perf: A/B of {name} failed: {result.error}")
             elif echo and result.comparison is not None:
@@ -204,6 +405,8 @@ def measure_ab(
                     f"harness perf: A/B of {name}: {result.comparison.verdict} after "
                     f"{len(result.base)} pairs ({result.stopped})"
                 )
+        for zygote in zygotes.values():
+            zygote.close()
     return results
 
 
@@ -214,11 +417,23 @@ def _measure_one(
     plan: SamplingPlan,
     *,
     extra: float = 0.0,
+    loaded: Callable[[str, dict[str, Any]], None] | None = None,
+    cache_dirs: dict[str, str] | None = None,
+    prefetch: bool = False,
 ) -> ABResult:
     """Sample name sequentially, a fresh worker pair for every block of AB_BLOCK pairs.
-    extra: the head side adds this fraction of its sample's CPU time as more work (calibrate)."""
+    extra: the head side adds this fraction of its sample's CPU time as more work (calibrate).
+    loaded: told each side's reply to its first load (the modules it imported). Each side's
+    calls per sample are picked in the first block and kept for the others (the same work per
+    sample throughout, and no calibration to repeat). cache_dirs: per side, a folder where the
+    first block's worker leaves the value of the benchmark's setup_cache for the later blocks
+    (asv computes it once per run too: a 100,000-run database is not rebuilt 24 times).
+    prefetch: start each next block's pair (spawn, load: import, setup) while this block
+    samples, pinned to the next CPU, and warm it up again when its block starts; only where
+    there are two CPUs or more (on one it would compete with the samples for the CPU)."""
     result = ABResult(name, [], [])
     workers: dict[str, _Worker] = {}
+    numbers: dict[str, int] = {}
 
     def close() -> None:
         for worker in workers.values():
@@ -226,14 +441,54 @@ def _measure_one(
             worker.close()
         workers.clear()
 
+    prepared: dict[int, dict[str, _Worker]] = {}  # the next block's pair, loading
+
+    def close_prepared() -> None:
+        for pair in prepared.values():
+            for worker in pair.values():
+                worker.close()  # its load reply unread: closing its requests ends it
+        prepared.clear()
+
+    def start_load(block: int) -> dict[str, _Worker]:
+        """Spawn block's pair and send both their load requests (replies read by finish_load)."""
+        pair = spawn(block)
+        for side, worker in pair.items():
+            load: dict[str, Any] = {"op": "load", "name": name, "number": numbers.get(side)}
+            if cache_dirs:
+                load["cache_dir"] = cache_dirs[side]
+            error = worker.send(load)
+            if error:
+                for w in pair.values():
+                    w.close()
+                raise SamplerError(f"{side}: {error}")
+        return pair
+
+    def finish_load(pair: dict[str, _Worker], warm: bool) -> None:
+        for side, worker in pair.items():
+            reply = worker.receive()
+            if reply.get("ok") and warm:  # it loaded while the block before sampled: warm again
+                reply = worker.ask({"op": "warmup"}) | {"number": reply.get("number")}
+            if not reply.get("ok"):
+                raise SamplerError(f"{side}: {reply.get('error')}")
+            if side not in numbers:
+                numbers[side] = int(reply["number"])
+                if loaded is not None:
+                    loaded(side, reply)
+
     def sample_pair(i: int) -> tuple[float, float]:
         if i % AB_BLOCK == 0:
             close()
-            workers.update(spawn(i // AB_BLOCK))
-            for side, worker in workers.items():
-                reply = worker.ask({"op": "load", "name": name})
-                if not reply.get("ok"):
-                    raise SamplerError(f"{side}: {reply.get('error')}")
+            block = i // AB_BLOCK
+            ahead = prepared.pop(block, None)
+            workers.update(ahead or start_load(block))
+            try:
+                finish_load(workers, warm=ahead is not None)
+            finally:
+                close_prepared()
+            # The next block's pair loads on the other CPU while this one samples (not during the
+            # first block: the zygotes are then importing what it reported, and a fork waits).
+            if prefetch and block >= 1:
+                prepared[block + 1] = start_load(block + 1)
         # The order alternates so that neither side always goes first.
         got: dict[str, float] = {}
         for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
@@ -249,6 +504,7 @@ def _measure_one(
     try:
         sampled = sample_until_decided(sample_pair, factor, plan)
     finally:
+        close_prepared()
         close()
     result.base, result.head, result.error = sampled.base, sampled.head, sampled.error
     result.comparison, result.stopped = sampled.comparison, sampled.stopped
@@ -263,7 +519,7 @@ def list_timing_benchmarks(root: Path | str) -> list[str]:
         tmp = Path(tmp_name)
         script = tmp / "ab_worker.py"
         shutil.copyfile(Path(__file__).with_name("_ab_worker.py"), script)
-        worker = _Worker(script, project.benchmark_dir, _asv_environ(project), tmp)
+        worker = _Worker.start(script, project.benchmark_dir, _asv_environ(project), tmp)
         try:
             reply = worker.ask({"op": "list"})
         finally:

@@ -127,7 +127,7 @@ def measure_gpu_ab_trees(
         tmp = Path(tmp_name)
         script = tmp / "gpu_ab_worker.py"
         shutil.copyfile(WORKER_SCRIPT, script)
-        worker = _Worker(script, head.bench_dir, _worker_env(), tmp)
+        worker = _Worker.start(script, head.bench_dir, _worker_env(), tmp)
         try:
             device = worker.ask({"op": "device"}, timeout=LOAD_TIMEOUT)
             if not device.get("ok"):

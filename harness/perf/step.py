@@ -29,7 +29,14 @@ from harness.perf._common import (
     resolve_commit,
     resolve_machine,
 )
-from harness.perf.ab import DEFAULT_PAIRS, MAX_AB_PAIRS, MAX_SECONDS_PER_BENCHMARK, measure_ab
+from harness.perf.ab import (
+    AB_STARTS,
+    DEFAULT_PAIRS,
+    DEFAULT_START,
+    MAX_AB_PAIRS,
+    MAX_SECONDS_PER_BENCHMARK,
+    measure_ab,
+)
 from harness.perf.baselines import (
     BASELINE_SEARCH_DEPTH,
     StoredBaseline,
@@ -112,6 +119,8 @@ class PerfStepConfig:
     its own with ``harness_counts = 0.1``)."""
     counts_cache_sim: bool = False
     """Also simulate caches (callgrind --cache-sim=yes): misses shown, not gated."""
+    ab_start: str = DEFAULT_START
+    """How each block's A/B workers start: fork (from a zygote per side) or exec (ab.py)."""
 
     def __post_init__(self) -> None:
         if self.measure_base not in MEASURE_BASE:
@@ -131,6 +140,10 @@ class PerfStepConfig:
             raise PerfError(
                 f"--ab-budget {self.ab_budget_s!r} is not a time budget: give seconds per "
                 f"benchmark, > 0 and <= {MAX_AB_BUDGET_S:g}"
+            )
+        if self.ab_start not in AB_STARTS:
+            raise PerfError(
+                f"--ab-start {self.ab_start!r} is not a choice: give one of {', '.join(AB_STARTS)}"
             )
         if self.group not in GROUPS:
             raise PerfError(
@@ -394,6 +407,7 @@ def _ci_step(
                 pairs=config.ab_pairs,
                 max_seconds=config.ab_budget_s,
                 echo=echo,
+                start=config.ab_start,
             )
             report = apply_ab(report, ab)
             why = (
@@ -422,6 +436,7 @@ def _ci_step(
             budget_s=config.ab_budget_s,
             cache_sim=config.counts_cache_sim,
             echo=echo,
+            start=config.ab_start,
         )
         notes.append(note)
     for outcome in outcomes:
@@ -501,6 +516,8 @@ def _gpu_ab(
         f"undecided, up to {config.ab_budget_s:g} s each; docs/perf.md): {len(names)} "
         "benchmark(s)."
     )
+
+
 def counts_tier(
     root: Path | str,
     report: GateReport,
@@ -511,6 +528,7 @@ def counts_tier(
     budget_s: float = MAX_SECONDS_PER_BENCHMARK,
     cache_sim: bool = False,
     echo: Echo | None = None,
+    start: str = DEFAULT_START,
 ) -> tuple[GateReport, str]:
     """The instruction-count tier over the report's CPU timing benchmarks (counts.py): counts
     for base_sha and the working tree under Valgrind, then interleaved A/B pairs at factor
@@ -530,7 +548,14 @@ def counts_tier(
     for factor, todo in sorted(by_factor.items()):
         confirm.update(
             measure_ab(
-                root, base_sha, todo, factor=factor, pairs=pairs, max_seconds=budget_s, echo=echo
+                root,
+                base_sha,
+                todo,
+                factor=factor,
+                pairs=pairs,
+                max_seconds=budget_s,
+                echo=echo,
+                start=start,
             )
         )
     note = (

@@ -265,7 +265,8 @@ def test_ci_step_on_a_branch_measures_its_merge_base_and_its_ab_pairs_decide(tmp
     assert "Judged on interleaved A/B pairs" in result.markdown
 
 
-def test_ab_pairs_are_taken_for_real_and_a_missing_benchmark_is_an_error(project):
+@pytest.mark.parametrize("start", perf.AB_STARTS)
+def test_ab_pairs_are_taken_for_real_and_a_missing_benchmark_is_an_error(project, start):
     repo, c = project
     git(repo, "checkout", "-q", c["docs"])
     try:
@@ -277,6 +278,7 @@ def test_ab_pairs_are_taken_for_real_and_a_missing_benchmark_is_an_error(project
             pairs=10,
             max_pairs=10,
             max_seconds=600,  # far more than 2 blocks need at any load: max_pairs stops it
+            start=start,
         )
     finally:
         git(repo, "checkout", "-q", "main")
@@ -287,6 +289,96 @@ def test_ab_pairs_are_taken_for_real_and_a_missing_benchmark_is_an_error(project
     assert good.comparison is not None and good.stopped == "max_pairs"
     assert good.comparison.verdict == "undecided" and good.comparison.units == 2
     assert missing.error and "time_nope" in missing.error and not missing.base
+
+
+# Draws a number from numpy's global generator in setup (asv_runner imports numpy, not numpy.random:
+# the zygote imports that after the first block), as a benchmark seeding nothing does,
+# and writes it down with the process id; exits in setup when asked to.
+FORKED_BENCH = """
+
+class Draw:
+    def setup(self):
+        import os
+
+        import numpy.random
+
+        if os.environ.get("TINY_EXIT_IN_SETUP"):
+            os._exit(3)
+        with open(os.environ["TINY_DRAWS"], "a") as f:
+            f.write(f"{os.getpid()} {numpy.random.random()!r}\\n")
+
+    def time_draw(self):
+        sum(range(1000))
+"""
+
+
+def test_forked_workers_import_numpy_random_once_yet_draw_afresh_and_a_dying_one_is_named(
+    tmp_path, monkeypatch
+):
+    """Blocks after the first are children of a zygote that imported numpy.random for them:
+    each must still draw its own random numbers, as a fresh process does (one state copied
+    into every child would repeat the same draw), and one that dies says so, not hangs."""
+    repo, base = make_repo(tmp_path, bench=bench_source(extra=FORKED_BENCH))
+    draws = tmp_path / "draws.txt"
+    monkeypatch.setenv("TINY_DRAWS", str(draws))
+    ab = perf.measure_ab(
+        repo, base, ["bench_tiny.Draw.time_draw"], factor=1.2, pairs=15, max_pairs=15
+    )
+    result = ab["bench_tiny.Draw.time_draw"]
+    assert result.error is None and len(result.base) == 15
+    first: dict[str, str] = {}  # a process's first draw (asv's timer may run setup again)
+    for line in draws.read_text().splitlines():
+        pid, value = line.split()
+        first.setdefault(pid, value)
+    # 3 blocks, 2 sides: each a process of its own (with 2 CPUs or more, one more pair was
+    # loaded ahead for a fourth block that was not needed)
+    assert len(first) in (6, 8)
+    assert len(set(first.values())) == len(first)
+
+    monkeypatch.setenv("TINY_EXIT_IN_SETUP", "1")
+    ab = perf.measure_ab(
+        repo, base, ["bench_tiny.Draw.time_draw"], factor=1.2, pairs=10, max_pairs=10
+    )
+    failed = ab["bench_tiny.Draw.time_draw"]
+    assert failed.error and "worker exited" in failed.error and not failed.base
+
+
+# A setup_cache that writes down the process that computed it, and a benchmark that uses it.
+CACHED_BENCH = """
+
+class Cached:
+    def setup_cache(self):
+        import os
+
+        with open(os.environ["TINY_CACHES"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        return [7] * 1000
+
+    def time_sum(self, cached):
+        sum(cached)
+"""
+
+
+def test_setup_cache_is_computed_once_per_side_and_its_value_reused_by_later_blocks(
+    tmp_path, monkeypatch
+):
+    """asv computes a setup_cache once per run; the A/B pairs do so once per side (base and
+    head run different code), not once per block: 3 blocks, 2 computations."""
+    repo, base = make_repo(tmp_path, bench=bench_source(extra=CACHED_BENCH))
+    caches = tmp_path / "caches.txt"
+    monkeypatch.setenv("TINY_CACHES", str(caches))
+    ab = perf.measure_ab(
+        repo, base, ["bench_tiny.Cached.time_sum"], factor=1.2, pairs=15, max_pairs=15
+    )
+    result = ab["bench_tiny.Cached.time_sum"]
+    assert result.error is None and len(result.base) == len(result.head) == 15
+    assert len(caches.read_text().splitlines()) == 2
+
+
+def test_a_worker_start_that_is_not_a_choice_is_refused_by_name(project):
+    repo, c = project
+    with pytest.raises(perf.PerfError, match="'spawn'"):
+        perf.measure_ab(repo, c["base"], ["bench_tiny.Loop.time_work"], factor=1.2, start="spawn")
 
 
 def test_ci_step_in_a_checkout_without_benchmarks_reports_why_and_exits_2(tmp_path):

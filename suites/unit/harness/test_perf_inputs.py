@@ -195,6 +195,7 @@ def test_ci_with_an_unknown_measure_base_exits_2_naming_it(project_dir: Path):
         ({"ab_budget_s": 0}, "--ab-budget 0 is not a time budget"),
         ({"ab_budget_s": math.inf}, "--ab-budget inf is not a time budget"),
         ({"ab_budget_s": math.nan}, "--ab-budget nan is not a time budget"),
+        ({"ab_start": "spawn"}, "--ab-start 'spawn' is not a choice"),
     ],
 )
 def test_the_perf_step_config_refuses_a_bad_setting_naming_it(setting: dict, named: str):
@@ -208,6 +209,14 @@ def test_an_ab_budget_that_is_no_time_budget_exits_2_naming_it(project_dir: Path
     result = invoke("ci", "--ab-budget", budget)
     assert result.exit_code == 2, result.output
     assert "--ab-budget" in result.output and budget in result.output
+    assert not (project_dir / "reports").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("command", ["ci", "calibrate"])
+def test_an_ab_start_that_is_not_a_choice_exits_2_naming_it(project_dir: Path, command: str):
+    result = invoke(command, "--ab-start", "spawn")
+    assert result.exit_code == 2, result.output
+    assert "--ab-start" in result.output and "spawn" in result.output
     assert not (project_dir / "reports").exists()  # refused before any work
 
 
