@@ -86,8 +86,10 @@ def test_a_bound_used_to_a_tenth_is_too_loose(rng):
 
 def test_a_bound_crossed_now_and_then_is_too_tight_with_its_rate(rng):
     # An exponential share with mean 0.2 crosses 1 with probability exp(-5) = 6.7e-3:
-    # 1 run in 148. From 400 runs the tail fit should put K within 3x of that.
-    (r,) = propose.analyse(_records(rng.exponential(0.2, 400)), 1e-4, bootstrap=20)
+    # 1 run in 148. From 2,000 runs the tail fit should put K within 3x of that. (Not 400: with
+    # 80 points over the threshold the fitted shape's error (~0.1) moved the estimate below a
+    # third of the truth for 6 of 60 seeds; at 2,000 runs seeds 0-59 all read 0.63-1.50x.)
+    (r,) = propose.analyse(_records(rng.exponential(0.2, 2000)), 1e-4, bootstrap=20)
     assert r.verdict.startswith("too tight: expect 1 failure in"), r.verdict
     assert r.p_fail_current is not None and 1 / 3 < r.p_fail_current / math.exp(-5) < 3
     assert r.proposed_rtol is not None and r.proposed_rtol > 1e-5
