@@ -23,9 +23,16 @@ import dataclasses
 import enum
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import compress, repeat
 
-from harness.history.records import _OUTCOME_OF, HistoryError, Observation, Outcome
+from harness.history.records import (
+    FAIL_OUTCOMES,
+    PASS_OUTCOMES,
+    HistoryError,
+    Observation,
+    Outcome,
+)
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -36,6 +43,7 @@ __all__ = [
     "consecutive_passes",
     "required_passes",
     "score",
+    "score_columns",
     "score_without_failures",
     "unquarantine_due",
 ]
@@ -73,7 +81,8 @@ class Verdict(enum.StrEnum):
 
 
 _RANK = {v: i for i, v in enumerate(Verdict)}
-_LETTER = {Outcome.PASS: "P", Outcome.FAIL: "F", Outcome.SKIP: "s"}
+_LETTER_OF = {**dict.fromkeys(FAIL_OUTCOMES, "F"), **dict.fromkeys(PASS_OUTCOMES, "P")}
+"""Outcome -> strip letter (anything else is a skip, "s")."""
 
 
 @dataclasses.dataclass
@@ -162,42 +171,64 @@ def score(
     nodeid: str, history: Sequence[Observation], *, min_runs: int = DEFAULT_MIN_RUNS
 ) -> Score:
     """The scores and verdict of one test from its outcomes over a window, oldest first."""
-    kind_of, skip = _OUTCOME_OF.get, Outcome.SKIP  # Outcome.of, without a call per outcome
-    kinds = [kind_of(o.outcome, skip) for o in history]
-    strip = "".join(_LETTER[k] for k in kinds)
-    judged = [o for o, k in zip(history, kinds, strict=True) if k is not Outcome.SKIP]
-    fails = [o for o, k in zip(history, kinds, strict=True) if k is Outcome.FAIL]
-    n, f = len(judged), len(fails)
-    if not fails:
+    return score_columns(
+        nodeid,
+        [o.outcome for o in history],
+        [o.seed for o in history],
+        [o.tree for o in history],
+        [o.runner for o in history],
+        history.__getitem__,
+        min_runs=min_runs,
+    )
+
+
+def score_columns(
+    nodeid: str,
+    outcomes: Sequence[str],
+    seeds: Sequence[int | None],
+    trees: Sequence[str | None],
+    runners: Sequence[str | None],
+    observation: Callable[[int], Observation],
+    *,
+    min_runs: int = DEFAULT_MIN_RUNS,
+) -> Score:
+    """:func:`score` of a history given as columns, oldest first (one entry per outcome), and
+    ``observation(i)``, the i-th outcome's :class:`Observation` (built only for the last
+    failure and the commits the evidence names). The store scores the tests that failed this
+    way: no object per outcome, and the bookkeeping in C (string counts, sets, compress)."""
+    # The strip in one C pass: an outcome the history does not know is a skip.
+    strip = "".join(map(_LETTER_OF.get, outcomes, repeat("s")))
+    js = strip.replace("s", "")  # the judged outcomes' letters, in order
+    n, f = len(js), js.count("F")
+    if not f:
         # Most tests never fail: answered without the seed, tree and runner bookkeeping.
         return score_without_failures(nodeid, strip, min_runs=min_runs)
-    # The judged outcomes' kinds, in order (each observation's verdict looked up once).
-    jk = [k for k in kinds if k is not Outcome.SKIP]
-    flips = sum(a is not b for a, b in zip(jk, jk[1:], strict=False))
-
-    by_tree: dict[str, set[Outcome]] = defaultdict(set)
-    by_seed_tree: dict[tuple[int, str | None], set[Outcome]] = defaultdict(set)
-    seed_outcomes: dict[int, Counter[Outcome]] = defaultdict(Counter)
-    for o, kind in zip(judged, jk, strict=True):
-        if o.tree is not None:
-            by_tree[o.tree].add(kind)
-        if o.seed is not None:
-            by_seed_tree[(o.seed, o.tree)].add(kind)
-            seed_outcomes[o.seed][kind] += 1
-    same_tree = sum(len(v) == 2 for v in by_tree.values())
+    # "PF" and "FP" cannot overlap themselves: their counts are the changes between
+    # consecutive judged outcomes.
+    flips = js.count("PF") + js.count("FP")
+    is_pass = [c == "P" for c in strip]
+    is_fail = [c == "F" for c in strip]
+    # Trees with both a pass and a fail (an unknown tree is no evidence).
+    both = set(compress(trees, is_pass)) & set(compress(trees, is_fail))
+    same_tree = len(both) - (None in both)
     # A pass and a fail under one seed: on one tree, or on unknown trees (a dirty checkout).
-    same_seed = sum(len(v) == 2 for v in by_seed_tree.values())
-    failing_seeds = sorted({o.seed for o in fails if o.seed is not None})
-    recurring = [s for s in failing_seeds if seed_outcomes[s][Outcome.FAIL] >= 2]
-    mixed_seeds = [s for s in failing_seeds if seed_outcomes[s][Outcome.PASS]]
+    pairs = set(compress(zip(seeds, trees), is_pass)) & set(compress(zip(seeds, trees), is_fail))
+    same_seed = sum(seed is not None for seed, _ in pairs)
+    fail_seed_counts = Counter(compress(seeds, is_fail))
+    failing_seeds = sorted(s for s in fail_seed_counts if s is not None)
+    recurring = [s for s in failing_seeds if fail_seed_counts[s] >= 2]
+    pass_seeds = set(compress(seeds, is_pass))
+    mixed_seeds = [s for s in failing_seeds if s in pass_seeds]
 
-    last_fail = n - 1 - jk[::-1].index(Outcome.FAIL)  # there is one: f > 0
+    last_fail = js.rindex("F")
     streak = n - 1 - last_fail  # passes since the last failure
-    tail_fails = 0
-    for kind in reversed(jk):
-        if kind is not Outcome.FAIL:
-            break
-        tail_fails += 1
+    tail_fails = n - len(js.rstrip("F"))
+    last_failure_at = strip.rindex("F")
+
+    def judged_commit(k: int) -> str | None:
+        """The commit of the k-th judged outcome (0-based)."""
+        i = k if "s" not in strip else [j for j, c in enumerate(strip) if c != "s"][k]
+        return observation(i).commit
 
     evidence: list[str] = []
     if n:
@@ -211,11 +242,11 @@ def score(
     if recurring:
         shown = ", ".join(str(s) for s in recurring[:5])
         evidence.append(f"failed again each time seed(s) {shown} came back")
-    runners = {o.runner for o in judged if o.runner}
-    fail_runners = Counter(o.runner for o in fails if o.runner)
-    if f >= 2 and len(runners) >= 2 and len(fail_runners) == 1:
+    judged_runners = list(compress(runners, [c != "s" for c in strip]))
+    fail_runners = Counter(r for r in compress(runners, is_fail) if r)
+    if f >= 2 and len(fail_runners) == 1 and len({r for r in judged_runners if r}) >= 2:
         (runner, k), *_ = fail_runners.items()
-        there = sum(o.runner == runner for o in judged)
+        there = judged_runners.count(runner)
         evidence.append(
             f"all {k} failures on runner {runner} ({k}/{there} there, 0/{n - there} elsewhere)"
         )
@@ -233,7 +264,7 @@ def score(
             streak,
             evidence,
             strip,
-            fails[-1] if fails else None,
+            observation(last_failure_at),
         )
 
     if f == n:
@@ -243,12 +274,12 @@ def score(
         return done(Verdict.INSUFFICIENT)
 
     if tail_fails >= BROKEN_STREAK:
-        before = jk[: n - tail_fails]
-        rate = (sum(kind is Outcome.FAIL for kind in before) + 1) / (len(before) + 2)
+        before = js[: n - tail_fails]
+        rate = (before.count("F") + 1) / (len(before) + 2)
         if rate**tail_fails < BROKEN_CHANCE:
             evidence.append(
                 f"failed the last {tail_fails} runs in a row, since commit "
-                f"{(judged[n - tail_fails].commit or '?')[:12]}"
+                f"{(judged_commit(n - tail_fails) or '?')[:12]}"
             )
             return done(Verdict.BROKEN)
 
@@ -262,12 +293,11 @@ def score(
         return done(Verdict.INSUFFICIENT)
 
     # Failures in one block followed by passes only: it was broken, and a change fixed it.
-    first = jk.index(Outcome.FAIL)
+    first = js.index("F")
     if streak and f == n - first - streak and f >= BROKEN_STREAK and not same_seed:
-        fixed_at = judged[n - streak]
         evidence.append(
             f"failed {f} runs in a row, then passed {streak} since commit "
-            f"{(fixed_at.commit or '?')[:12]}"
+            f"{(judged_commit(n - streak) or '?')[:12]}"
         )
         if streak >= min_runs:
             return done(Verdict.HEALTHY)
