@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 
@@ -212,7 +212,8 @@ def score_columns(
     both = set(compress(trees, is_pass)) & set(compress(trees, is_fail))
     same_tree = len(both) - (None in both)
     # A pass and a fail under one seed: on one tree, or on unknown trees (a dirty checkout).
-    pairs = set(compress(zip(seeds, trees), is_pass)) & set(compress(zip(seeds, trees), is_fail))
+    seed_trees = list(zip(seeds, trees, strict=True))
+    pairs = set(compress(seed_trees, is_pass)) & set(compress(seed_trees, is_fail))
     same_seed = sum(seed is not None for seed, _ in pairs)
     fail_seed_counts = Counter(compress(seeds, is_fail))
     failing_seeds = sorted(s for s in fail_seed_counts if s is not None)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -353,7 +355,6 @@ class Store:
         runs: dict[int, tuple[Any, ...]],
         names: dict[int, str],
         by_test: bool,
-        within: Any = None,
     ) -> dict[str, list[Observation]]:
         """The outcomes in ``runs`` of the tests in ``names``, oldest first per test: read per
         test (``by_test``: a few tests, through the (test_id, run_id) index) or per run."""
@@ -366,8 +367,6 @@ class Store:
         cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
         if by_test:
             queries = [sa.select(*cols).where(Result.test_id.in_(c)) for c in _chunks(list(names))]
-            if within is not None:  # the window's runs only (a subquery of run ids)
-                queries = [q.where(Result.run_id.in_(within)) for q in queries]
         else:
             # One query per run, oldest first: each test's list comes out in order, with
             # no sort, and each query reads one contiguous key range.
@@ -478,8 +477,68 @@ class Store:
                     .limit(inside)
                     .scalar_subquery()
                 )
-            observed = self._read(conn, runs, mixed, by_test=True, within=recent)
-        out.extend(sc.score(n, obs, min_runs=min_runs) for n, obs in observed.items())
+            out.extend(self._score_read(conn, runs, mixed, recent, min_runs))
+        return out
+
+    @staticmethod
+    def _score_read(
+        conn: Any,
+        runs: dict[int, tuple[Any, ...]],
+        names: dict[int, str],
+        within: Any,
+        min_runs: int,
+    ) -> list[Score]:
+        """The scores of the tests in ``names`` from their outcomes in ``runs``: read in
+        (test, run) order from the covering index (no sort, no ORM object, no Observation per
+        outcome) and scored as columns (:func:`~harness.history.scores.score_columns`)."""
+        sa = _sqlalchemy()
+        from harness.history.schema import Result
+
+        # Run ids in window order (oldest first), as run ids ascend when the runs were
+        # appended in time order; otherwise each test's outcomes are sorted by position.
+        oldest_first = list(reversed(runs))
+        position = None if oldest_first == sorted(runs) else {r: i for i, r in enumerate(runs)}
+        cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
+        out: list[Score] = []
+        for chunk in _chunks(sorted(names)):
+            query = sa.select(*cols).where(Result.test_id.in_(chunk))
+            if within is not None:  # the window's runs only (a subquery of run ids)
+                query = query.where(Result.run_id.in_(within))
+            query = query.order_by(Result.test_id, Result.run_id)
+            # A run appended since the window was read is not in it.
+            rows = [row for row in conn.execute(query).all() if row[1] in runs]
+            for test_id, group in groupby(rows, key=itemgetter(0)):
+                obs = list(group)
+                if position is not None:
+                    obs.sort(key=lambda row: -position[row[1]])
+                _, run_ids, outcomes, seeds, durations = zip(*obs, strict=True)
+                run_rows = [runs[r] for r in run_ids]
+
+                def observation(
+                    i: int,
+                    run_ids: tuple[int, ...] = run_ids,
+                    outcomes: tuple[str, ...] = outcomes,
+                    seeds: tuple[Any, ...] = seeds,
+                    durations: tuple[Any, ...] = durations,
+                    run_rows: list[tuple[Any, ...]] = run_rows,
+                ) -> Observation:
+                    run = run_rows[i]
+                    return Observation(
+                        run_ids[i], run[1], outcomes[i], seeds[i], run[2], run[3], run[4],
+                        durations[i], run[5],
+                    )  # fmt: skip
+
+                out.append(
+                    sc.score_columns(
+                        names[test_id],
+                        outcomes,
+                        seeds,
+                        [run[2] for run in run_rows],
+                        [run[4] for run in run_rows],
+                        observation,
+                        min_runs=min_runs,
+                    )
+                )
         return out
 
     @staticmethod

@@ -99,6 +99,25 @@ def test_scores_from_sql_counts_equal_the_scores_of_every_observation(
         assert any("F" in t for t in strips)
 
 
+@pytest.mark.parametrize("seed", [4, 5])
+def test_scores_equal_the_scores_of_every_observation_when_runs_arrive_out_of_order(
+    tmp_path: Path, seed: int
+) -> None:
+    # Reports imported late: run ids no longer ascend with the start times, so the outcomes
+    # read in (test, run id) order must be put back in time order before they are scored.
+    rng = random.Random(seed)
+    records = _history(rng, 30, 40)
+    rng.shuffle(records)
+    with open_store(tmp_path / "h.db") as store:
+        for record in records:
+            assert store.append(record)
+        for window in (2, 10, 20, 29, None):
+            expected = {n: sc.score(n, obs) for n, obs in store.observations(window).items()}
+            got = {s.nodeid: s for s in store.scores(window)}
+            assert got == expected, window
+        assert any(s.failures for s in store.scores(None))
+
+
 def test_scores_of_an_empty_history_are_none_and_a_bad_window_is_refused(tmp_path: Path) -> None:
     with open_store(tmp_path / "h.db") as store:
         assert store.scores(50) == []
