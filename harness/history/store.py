@@ -432,7 +432,7 @@ class Store:
         if window is not None and window < 1:
             raise HistoryError(f"window must be at least 1 run, got {window}")
         sa = _sqlalchemy()
-        from harness.history.schema import Run, Test, TestSummary
+        from harness.history.schema import Result, Run, Test, TestSummary
 
         with self.engine.connect() as conn:
             runs = self._window(conn, window)
@@ -440,6 +440,45 @@ class Store:
                 return []
             total_runs = conn.execute(sa.select(sa.func.count()).select_from(Run)).scalar_one()
             inside, outside = len(runs), total_runs - len(runs)
+            lo, hi = min(runs), max(runs)
+            # The window is a range of run ids when no run outside it has an id in
+            # [lo, hi] (runs appended in time order): its results are then one key range
+            # of each test in the covering index.
+            id_range = (
+                not outside
+                or inside
+                == conn.execute(
+                    sa.select(sa.func.count()).select_from(Run).where(Run.id.between(lo, hi))
+                ).scalar_one()
+            )
+            names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
+            out: list[Score] = []
+            mixed: dict[int, str] = {}
+            if outside and id_range:
+                # Per test, two counts over its range of the index (results, and results
+                # other than "passed"): no expression per row, no GROUP BY sort. A test
+                # that only passed is scored from its count; any other is read.
+                within = Result.run_id.between(lo, hi)
+                in_window = sa.and_(Result.test_id == Test.id, within)
+                query = sa.select(
+                    Test.id,
+                    sa.select(sa.func.count()).where(in_window).scalar_subquery(),
+                    sa.select(sa.func.count())
+                    .where(in_window, Result.outcome != "passed")
+                    .scalar_subquery(),
+                )
+                for test_id, total, other in conn.execute(query):
+                    if not total:
+                        continue  # not in any run of the window
+                    if other:
+                        mixed[test_id] = names[test_id]
+                    else:
+                        strip = "P" * total
+                        out.append(
+                            sc.score_without_failures(names[test_id], strip, min_runs=min_runs)
+                        )
+                out.extend(self._score_read(conn, runs, mixed, within, min_runs, exact=True))
+                return out
             counts: dict[int, list[int]] = {}
             if inside <= outside:
                 counts = self._counts(conn, newest=True, limit=inside)
@@ -457,9 +496,6 @@ class Store:
                     ).items():
                         have = counts[test_id]
                         counts[test_id] = [have[0] - n, have[1] - p, have[2] - f]
-            names = dict(conn.execute(sa.select(Test.id, Test.nodeid)).all())
-            out: list[Score] = []
-            mixed: dict[int, str] = {}
             for test_id, (total, passes, fails) in counts.items():
                 if total == 0:
                     continue  # not in any run of the window
@@ -469,15 +505,17 @@ class Store:
                     out.append(sc.score_without_failures(nodeid, strip, min_runs=min_runs))
                 else:
                     mixed[test_id] = nodeid
-            recent = None
-            if outside:
+            if outside:  # the window's runs only (a subquery of run ids)
                 recent = (
                     sa.select(Run.id)
                     .order_by(Run.started_at.desc(), Run.id.desc())
                     .limit(inside)
                     .scalar_subquery()
                 )
-            out.extend(self._score_read(conn, runs, mixed, recent, min_runs))
+                within = Result.run_id.in_(recent)
+            else:  # every run: those of [lo, hi] are the window's (a later one is not)
+                within = Result.run_id.between(lo, hi)
+            out.extend(self._score_read(conn, runs, mixed, within, min_runs, exact=not outside))
         return out
 
     @staticmethod
@@ -487,6 +525,8 @@ class Store:
         names: dict[int, str],
         within: Any,
         min_runs: int,
+        *,
+        exact: bool,
     ) -> list[Score]:
         """The scores of the tests in ``names`` from their outcomes in ``runs``: read in
         (test, run) order from the covering index (no sort, no ORM object, no Observation per
@@ -501,12 +541,14 @@ class Store:
         cols = (Result.test_id, Result.run_id, Result.outcome, Result.seed, Result.duration_s)
         out: list[Score] = []
         for chunk in _chunks(sorted(names)):
-            query = sa.select(*cols).where(Result.test_id.in_(chunk))
-            if within is not None:  # the window's runs only (a subquery of run ids)
-                query = query.where(Result.run_id.in_(within))
-            query = query.order_by(Result.test_id, Result.run_id)
-            # A run appended since the window was read is not in it.
-            rows = [row for row in conn.execute(query).all() if row[1] in runs]
+            query = (
+                sa.select(*cols)
+                .where(Result.test_id.in_(chunk), within)
+                .order_by(Result.test_id, Result.run_id)
+            )
+            rows = conn.execute(query).all()
+            if not exact:  # a run appended since the window was read is not in it
+                rows = [row for row in rows if row[1] in runs]
             for test_id, group in groupby(rows, key=itemgetter(0)):
                 obs = list(group)
                 if position is not None:
