@@ -2,7 +2,7 @@
 < 1 s; queries over 1,000 runs x 2,000 tests in < 1 s).
 
 asv classes: ``HistoryAppend`` (one run of 2,000 tests into a history of 100 runs) and
-``HistoryQuery`` (scores of every test over the last 50 and the last 1,000 runs of a
+``HistoryQuery`` (scores of every test over the last 50, 500 and 1,000 runs of a
 1,000-run history, what ``harness history flaky --window N`` computes; one test's whole
 history, what un-quarantine reads). The 1,000-run history is built once per asv run in
 ``setup_cache`` through the real store (``Store.append``), and only read afterwards.
@@ -158,6 +158,10 @@ class HistoryQuery:
 
     def time_flaky_window_1000(self, db):
         self.store.scores(1000)
+
+    def time_flaky_window_500(self, db):
+        # Half the history: the window counted per test over its index range.
+        self.store.scores(500)
 
     def time_flaky_window_50(self, db):
         self.store.scores(50)
