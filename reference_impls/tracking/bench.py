@@ -71,7 +71,7 @@ _BULK_COLUMNS = {
 # Page cache for the SQLite build: the primary keys are random uuids, so every insert lands
 # on a random page of each index; with SQLite's default 2 MiB cache those pages were read
 # and written back again and again (100,000 runs: 54 s of executemany, against 3.2 s for
-# 10,000). 256 MiB holds the whole database (about 90 MB at 100,000 runs).
+# 10,000). 256 MiB holds the whole database (176 MB at 100,000 runs).
 _BULK_CACHE_KIB = 256 * 1024
 
 
@@ -127,7 +127,7 @@ def bulk_runs(
 
     On SQLite the rows go in through the driver's ``executemany``, in one transaction, with a
     page cache that holds the database and ``synchronous=OFF`` for the build (the pragmas are
-    put back afterwards): 100,000 runs in about a sixth of the time of SQLAlchemy Core inserts
+    put back afterwards): 100,000 runs in less than half the time of SQLAlchemy Core inserts
     with the default cache (docs/perf.md). Elsewhere (PostgreSQL), or with ``core=True``,
     through SQLAlchemy Core inserts, a transaction per chunk. Either way the same rows, in
     the same order (so the same rowids): suites/unit/tracking/test_bulk_runs.py compares
