@@ -52,6 +52,24 @@ def test_sqlite_path_writes_the_core_paths_rows(tmp_path):
     assert fast == core
 
 
+# The rows bulk_runs wrote before its SQLite path existed (the Core-only version of
+# reference_impls/tracking/bench.py, 67ddaeb), for n=2,500, chunk=1,000, ``now`` = NOW: the
+# data set must not drift, or results stored for bench_tracking.Search stop being comparable.
+# (The draws are numpy's default_rng stream; a numpy release that changed it would show here.)
+PINNED = {
+    "projects": (1, "a1ce794249b5f11be30bf68a9acb45be436028dcd5fe6b3c9b493639712a4939"),
+    "runs": (2_500, "dc97ebc8e590192051f57843b5c68d9084383fe1a48d8f3748aca3c68d24d31f"),
+    "params": (12_500, "3ddb6284c737e64bc2448cec7ae6dc4939d51db585227316569d02d6f254dd52"),
+    "latest_metrics": (5_000, "016a18201e6e7a2e6625db2069b80bf6d715d2e6a664bc387e5275620426bf85"),
+    "tags": (2_500, "3ff2d8613a066dc7c48d76d63b997c0b1e7d33b58d62c79bbcc80ed3c793b3fd"),
+}
+
+
+def test_the_rows_are_those_of_the_core_only_version(tmp_path):
+    _build(tmp_path / "t.db", core=False)
+    assert _dump(tmp_path / "t.db") == PINNED
+
+
 def test_seed_and_chunk_decide_the_rows(tmp_path):
     # The comparison above can fail: a different draw gives different rows.
     for sub, chunk in (("a", 1_000), ("b", 500)):
