@@ -424,11 +424,27 @@ def _runs_pytest(tree: ast.Module | None, fixtures: set[str]) -> bool:
     """Whether a file runs pytest itself, and so the plugin, which no import of it names: it
     takes one of ``fixtures`` (``pytester``, or a conftest fixture built on it) as a parameter,
     names ``pytester`` in a string (``request.getfixturevalue("pytester")``), or names the
-    ``pytest`` module in one (``[sys.executable, "-m", "pytest", ...]``). A conftest fixture's
-    name in a string is not enough: ``"project"`` is more often a word than a fixture."""
+    ``pytest`` module in a command, an element of a list or tuple (``[sys.executable, "-m",
+    "pytest", ...]``). A conftest fixture's name in a string is not enough: ``"project"`` is
+    more often a word than a fixture. Nor is ``"pytest"`` elsewhere: a configuration section
+    (``toml["tool"].get("pytest")``, ``{"pytest.ini": "pytest"}`` in harness/layout.py) runs
+    nothing. A file that runs pytest in a way none of these shows (it runs a workflow whose
+    steps run ``harness``) says so with a module-level ``RUNS_PYTEST = True``."""
     if tree is None:
         return False
+    for stmt in tree.body:
+        if (
+            isinstance(stmt, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "RUNS_PYTEST" for t in stmt.targets)
+            and isinstance(stmt.value, ast.Constant)
+            and stmt.value.value is True
+        ):
+            return True
     for node in ast.walk(tree):
+        if isinstance(node, ast.List | ast.Tuple) and any(
+            isinstance(e, ast.Constant) and e.value == "pytest" for e in node.elts
+        ):
+            return True
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             # Only a test or a fixture requests fixtures: a helper's ``project`` parameter is
             # its own (``pytester`` is unambiguous anywhere).
@@ -437,7 +453,7 @@ def _runs_pytest(tree: ast.Module | None, fixtures: set[str]) -> bool:
             )
             if _params(node) & (fixtures if requests else {"pytester"}):
                 return True
-        if isinstance(node, ast.Constant) and node.value in ("pytest", "pytester"):
+        if isinstance(node, ast.Constant) and node.value == "pytester":
             return True
     return False
 

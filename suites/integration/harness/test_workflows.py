@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# act runs ci.yml's shard jobs, whose steps run `harness` and so pytest with the plugin: the
+# pull-request selection cannot see that through an import (harness/selection.py).
+RUNS_PYTEST = True
 ROOT = Path(__file__).resolve().parents[3]
 WORKFLOWS = ROOT / ".github" / "workflows"
 # The reusable workflows other repositories call (on: workflow_call), checked like this

@@ -197,6 +197,17 @@ PLUGIN_PROJECT = {
         "    subprocess.run([sys.executable, '-m', 'pytest', 'x'], check=False)\n"
     ),
     "suites/unit/test_imports_merge.py": "from harness import merge\n",
+    # Reads pytest's configuration section: names "pytest", runs nothing (harness/layout.py).
+    "harness/config.py": (
+        "def section(toml):\n"
+        "    return toml.get('tool', {}).get('pytest', {}), {'pytest.ini': 'pytest'}\n"
+    ),
+    "suites/unit/test_imports_config.py": "from harness import config\n",
+    # Runs pytest through something the graph cannot see (act running a workflow), and says so.
+    "suites/integration/test_declared.py": (
+        "RUNS_PYTEST = True  # act runs the workflow, whose steps run harness\n"
+        "def test_it():\n    pass\n"
+    ),
     "suites/unit/test_store.py": "from comp import store\n",
     "suites/unit/test_plain.py": "def test_it():\n    pass\n",
     # A helper's parameter named like the fixture is not a request for it.
@@ -216,17 +227,25 @@ def test_a_harness_module_selects_the_tests_that_import_it_or_run_the_plugin_on_
     root = _write(tmp_path, PLUGIN_PROJECT)
     sel = selection.select(root, ["harness/quarantine.py"])
     assert not sel.everything, sel.reason
-    # The plugin imports quarantine; these four run pytest, so the plugin, themselves. A test
+    # The plugin imports quarantine; these five run pytest, so the plugin, themselves (one
+    # says so: RUNS_PYTEST). A test
     # merely run under the plugin is not selected, nor one whose library or helper takes a
     # `project` parameter.
     assert sel.tests == (
         "suites/integration/test_child_pytest.py",
+        "suites/integration/test_declared.py",
         "suites/unit/test_fixture_on_project.py",
         "suites/unit/test_project_fixture.py",
         "suites/unit/test_pytester.py",
     )
     assert selection.select(root, ["harness/merge.py"]).tests == (
         "suites/unit/test_imports_merge.py",
+    )
+    # A module that names "pytest" only as a configuration section runs no pytest: importing
+    # it does not reach the plugin (nor so quarantine), only the module itself.
+    assert "suites/unit/test_imports_config.py" not in sel.tests
+    assert selection.select(root, ["harness/config.py"]).tests == (
+        "suites/unit/test_imports_config.py",
     )
     plugin = selection.select(root, ["harness/plugin.py"])
     assert plugin.everything and "harness/plugin.py" in plugin.reason
