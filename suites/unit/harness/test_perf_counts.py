@@ -2,7 +2,7 @@
 
 Counts and A/B pairs here are constructed or drawn from a seeded generator: the verdicts do
 not depend on Valgrind or on how busy the machine is. The real Valgrind run is
-suites/integration/harness/test_perf_counts.py.
+suites/integration/harness/test_perf_counts_valgrind.py.
 """
 
 from __future__ import annotations
