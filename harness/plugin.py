@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import importlib.util
 import os
 import shlex
 import sys
@@ -111,7 +112,11 @@ QUARANTINED = pytest.StashKey[_quarantine.Entry]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     # Profiles must exist before hypothesis's own pytest_configure loads --hypothesis-profile,
     # and plugin configure order is not ours to choose: addoption runs before any configure.
-    seeding.register_hypothesis_profiles()
+    # With the package's hypothesis entry point installed, hypothesis registers them itself
+    # when it is first imported (harness.seeding.on_hypothesis_import), so a run that never
+    # uses hypothesis does not import it (over a second per pytest process).
+    if "hypothesis" in sys.modules or not seeding.hypothesis_hook_installed():
+        seeding.register_hypothesis_profiles()
     group = parser.getgroup("harness", "ml-harness: tiers, seeds, goldens, quarantine")
     group.addoption(
         "--tier",
@@ -270,16 +275,35 @@ def _selected_tiers(config: pytest.Config, tiers: dict[str, _tiers.Tier]) -> lis
 
 def _load_hypothesis_profile(config: pytest.Config, ci: bool, seed: int) -> str | None:
     """The hypothesis profile of the run (``harness.seeding.load_hypothesis_profile``); a bad
-    ``$HYPOTHESIS_PROFILE`` is a usage error."""
-    try:
-        return seeding.load_hypothesis_profile(
-            config.getoption("hypothesis_profile", None),
-            ci=ci,
-            seed=seed,
-            force_seed=config.getoption("hypothesis_seed", None) is None,
+    ``$HYPOTHESIS_PROFILE`` is a usage error.
+
+    When hypothesis is not imported yet and the profile is one of the harness's own (no
+    ``--hypothesis-profile``, no ``$HYPOTHESIS_PROFILE``), loading it waits for hypothesis's
+    first import (its entry-point hook runs before any test module builds settings), so the
+    examples are the same as if it were loaded now; the name is returned either way."""
+    given = config.getoption("hypothesis_profile", None)
+    force_seed = config.getoption("hypothesis_seed", None) is None
+    if (
+        "hypothesis" not in sys.modules
+        and given is None
+        and not os.environ.get("HYPOTHESIS_PROFILE")
+        and importlib.util.find_spec("hypothesis") is not None
+        and seeding.hypothesis_hook_installed()
+    ):
+        seeding.defer_hypothesis_profile(
+            lambda: seeding.load_hypothesis_profile(None, ci=ci, seed=seed, force_seed=force_seed)
         )
+        return seeding.hypothesis_profile_name(None, ci=ci)
+    if "hypothesis" not in sys.modules and importlib.util.find_spec("hypothesis") is not None:
+        import hypothesis  # noqa: F401  # to check $HYPOTHESIS_PROFILE now; registers profiles
+    try:
+        return seeding.load_hypothesis_profile(given, ci=ci, seed=seed, force_seed=force_seed)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    seeding.defer_hypothesis_profile(None)  # a later in-process run defers its own
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -868,8 +892,27 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_line(f"harness: seed {state.seed}; replay this run with --harness-seed={state.seed}")
 
 
+HYPOTHESIS_PLUGIN = "hypothesispytest"
+"""The name hypothesis's pytest plugin is registered under (its pytest11 entry point)."""
+
+
+def _skip_unused_hypothesis_summary(config: pytest.Config) -> None:
+    """Hypothesis's pytest plugin imports hypothesis in its terminal summary even when no
+    test used it, over a second at the end of every pytest process (a flake hunt runs
+    several). When hypothesis was never imported that summary has nothing to say (no
+    statistics, no failing examples, no observations), so the plugin is dropped before it;
+    with ``--hypothesis-show-statistics`` it stays, to print its (empty) section as asked."""
+    if "hypothesis" in sys.modules:
+        return
+    plugin = config.pluginmanager.get_plugin(HYPOTHESIS_PLUGIN)
+    if plugin is None or config.getoption("--hypothesis-show-statistics", False):
+        return
+    config.pluginmanager.unregister(plugin)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    _skip_unused_hypothesis_summary(config)
     state = config.stash.get(STATE, None)
     if state is None:
         return

@@ -14,6 +14,7 @@ import random
 import re
 import secrets
 import sys
+from collections.abc import Callable
 
 __all__ = [
     "CUBLAS_WORKSPACE_CONFIG",
@@ -142,6 +143,48 @@ def register_hypothesis_profiles() -> bool:
     return True
 
 
+_on_import: list[Callable[[], object]] = []
+"""What to run when hypothesis is first imported (set by the plugin for its run, see
+:func:`defer_hypothesis_profile`)."""
+
+HYPOTHESIS_ENTRY_POINT = "harness.seeding:on_hypothesis_import"
+"""This package's entry point in hypothesis's ``hypothesis`` group (pyproject.toml)."""
+
+
+def on_hypothesis_import() -> None:
+    """Hypothesis's documented plug-in hook (the ``hypothesis`` entry-point group): hypothesis
+    calls it at the end of its first import, before any test module can build a ``@settings``
+    or ``@given`` from the loaded profile. Registers the harness's profiles and loads the
+    run's, if a pytest run asked for that (:func:`defer_hypothesis_profile`)."""
+    register_hypothesis_profiles()
+    for action in list(_on_import):
+        action()
+
+
+def hypothesis_hook_installed() -> bool:
+    """Whether hypothesis will call :func:`on_hypothesis_import` when it is imported: the
+    package's entry point is installed and ``$HYPOTHESIS_NO_PLUGINS`` does not turn it off."""
+    if os.environ.get("HYPOTHESIS_NO_PLUGINS"):
+        return False
+    from importlib.metadata import entry_points
+
+    return any(ep.value == HYPOTHESIS_ENTRY_POINT for ep in entry_points(group="hypothesis"))
+
+
+def defer_hypothesis_profile(action: Callable[[], object] | None) -> None:
+    """Run ``action`` when hypothesis is first imported (None: forget it). The plugin loads
+    the run's profile this way: importing hypothesis costs over a second, and a pytest run
+    whose tests never use it (a harness subprocess, a plain unit suite) should not pay it."""
+    _on_import.clear()
+    if action is not None:
+        _on_import.append(action)
+
+
+def hypothesis_profile_name(given: str | None, *, ci: bool) -> str:
+    """The profile :func:`load_hypothesis_profile` would load, without importing hypothesis."""
+    return given or os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ci else "dev")
+
+
 def load_hypothesis_profile(
     given: str | None, *, ci: bool, seed: int, force_seed: bool = True
 ) -> str | None:
@@ -158,9 +201,8 @@ def load_hypothesis_profile(
     import hypothesis
     from hypothesis import settings
 
-    chosen = given
-    if chosen is None:
-        chosen = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ci else "dev")
+    chosen = hypothesis_profile_name(given, ci=ci)
+    if given is None:
         try:
             settings.load_profile(chosen)
         except hypothesis.errors.InvalidArgument as exc:

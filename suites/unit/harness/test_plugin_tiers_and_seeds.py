@@ -367,6 +367,68 @@ def test_the_hypothesis_profile_follows_ci_and_the_nightly_switch(
     result.stdout.fnmatch_lines([f"*{expected}*"])
 
 
+LAZY_PROBE = {
+    "conftest.py": """
+        import sys
+        from pathlib import Path
+
+        def pytest_unconfigure(config):
+            Path("imported.txt").write_text(str("hypothesis" in sys.modules))
+    """,
+    "suites/unit/test_plain.py": """
+        def test_plain():
+            assert True
+    """,
+    "suites/property/test_pinned.py": """
+        import hypothesis.core
+        from hypothesis import given, settings, strategies as st
+
+        @settings(max_examples=3)  # built at import: it inherits the profile loaded by then
+        @given(st.just(0))
+        def test_pinned(x):
+            pass
+
+        def test_report():
+            s = test_pinned._hypothesis_internal_use_settings
+            print("PINNED", s.derandomize, s.database is None, s.max_examples)
+            print("FORCED", hypothesis.core.global_force_seed)
+    """,
+}
+
+
+def test_a_run_that_never_uses_hypothesis_does_not_import_it(project, pytester):
+    # In a fresh process (hypothesis is imported in this one): the profile is loaded at
+    # hypothesis's first import instead, and hypothesis's end-of-run summary is skipped.
+    project(LAZY_PROBE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "suites/unit")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "imported.txt").read_text() == "False"
+
+
+@pytest.mark.parametrize(
+    ("ci", "expected"),
+    [
+        ("true", ["PINNED True True 3", "FORCED None"]),
+        (None, ["PINNED False False 3", "FORCED 4242"]),
+    ],
+    ids=["ci", "dev"],
+)
+def test_a_profile_loaded_at_hypothesis_first_import_is_the_one_test_modules_see(
+    project, pytester, monkeypatch, ci, expected
+):
+    project(LAZY_PROBE)
+    if ci:
+        monkeypatch.setenv("CI", ci)
+    result = pytester.runpytest_subprocess(
+        "-s", "-p", "no:cacheprovider", "--harness-seed=4242", "suites/property"
+    )
+    result.assert_outcomes(passed=2)
+    for line in expected:
+        assert line in result.stdout.str()
+    assert (pytester.path / "imported.txt").read_text() == "True"
+    assert "hypothesis profile " + ("ci" if ci else "dev") in result.stdout.str()
+
+
 PINNED_PROBE = {
     "suites/property/test_pinned.py": """
         import pytest
