@@ -29,7 +29,10 @@ This module knows nothing of click or pytest; ``harness env`` (harness/cli/env.p
 
 from __future__ import annotations
 
+import ast
+import glob
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -444,7 +447,55 @@ def _version(name: str) -> str | None:
         return None
 
 
+ACCELERATOR_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+"""Device files one of which a GPU torch can use needs on Linux: an NVIDIA GPU's, ROCm's
+kernel driver's, WSL's GPU paravirtualisation. Without any, ``torch.cuda.is_available()`` is
+False whatever torch was built for."""
+
+
+def _accelerator_device_nodes() -> list[str]:
+    return [p for pattern in ACCELERATOR_DEVICE_NODES for p in glob.glob(pattern)]
+
+
+def _torch_version_module() -> dict[str, Any] | None:
+    """The literal assignments of ``torch/version.py`` (``cuda``, ``hip``...), read without
+    importing torch (importing it takes 1-3 s); None when that file cannot be read so."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: dict[str, Any] = {}
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and value is not None:
+            try:
+                found[target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    return found
+
+
+def _cuda_could_be_available() -> bool:
+    """False only where ``torch.cuda.is_available()`` is surely False without asking torch:
+    Linux with no GPU device file. Where torch is imported already, asking it costs nothing."""
+    return "torch" in sys.modules or sys.platform != "linux" or bool(_accelerator_device_nodes())
+
+
 def _torch_cuda() -> tuple[bool, str | None, list[str]]:
+    if not _cuda_could_be_available():
+        # CUDA cannot be available, so torch need not be imported to say so (a report's
+        # fingerprint is written at the end of every pytest run).
+        version = _torch_version_module()
+        if version is not None:
+            cuda = version.get("cuda")
+            return False, cuda if isinstance(cuda, str) else None, []
     try:
         import torch  # noqa: PLC0415 - slow (1-2 s): only when a fingerprint is asked for
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -320,6 +321,48 @@ def test_fingerprint_without_torch_never_imports_it(monkeypatch):
     info = environment.fingerprint()
     assert info["torch"] is None
     assert info["cuda_available"] is False and info["cuda_version"] is None
+
+
+def test_torchs_version_file_is_read_as_torch_reports_it():
+    torch = pytest.importorskip("torch")
+    read = environment._torch_version_module()
+    assert read is not None
+    assert (read["__version__"], read["cuda"], read["hip"]) == (
+        torch.__version__,
+        torch.version.cuda,
+        torch.version.hip,
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the device-file shortcut is Linux only")
+def test_a_fingerprint_on_a_machine_without_gpu_device_files_does_not_import_torch():
+    torch = pytest.importorskip("torch")
+    probe = (
+        "import json, sys; from harness import environment; f = environment.fingerprint(); "
+        "print(json.dumps([f['cuda_available'], f['cuda_version'], 'torch' in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    available, cuda_version, imported = json.loads(out)
+    # The same answers as torch itself gives, and torch imported only where a GPU could be.
+    assert (available, cuda_version) == (torch.cuda.is_available(), torch.version.cuda)
+    assert imported == bool(environment._accelerator_device_nodes())
+
+
+def test_torch_is_asked_wherever_a_gpu_could_be(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # only the check reads it here
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(environment, "_accelerator_device_nodes", lambda: [])
+    assert environment._cuda_could_be_available() is False
+    monkeypatch.setattr(environment, "_accelerator_device_nodes", lambda: ["/dev/nvidia0"])
+    assert environment._cuda_could_be_available() is True
+    monkeypatch.setattr(environment, "_accelerator_device_nodes", lambda: [])
+    monkeypatch.setattr(sys, "platform", "win32")  # no device files to look at: ask torch
+    assert environment._cuda_could_be_available() is True
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setitem(sys.modules, "torch", object())  # imported already: asking is free
+    assert environment._cuda_could_be_available() is True
 
 
 def fake_nvidia_smi(tmp_path: Path, monkeypatch, script: str) -> None:
