@@ -470,7 +470,7 @@ def _torch_version_module() -> dict[str, Any] | None:
         return None
     found: dict[str, Any] = {}
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else None
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
         value = getattr(node, "value", None)
