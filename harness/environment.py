@@ -488,6 +488,14 @@ def _cuda_could_be_available() -> bool:
     return "torch" in sys.modules or sys.platform != "linux" or bool(_accelerator_device_nodes())
 
 
+def cuda_available() -> bool:
+    """``torch.cuda.is_available()``; False without torch. torch is not imported where CUDA
+    cannot be available (see :func:`_cuda_could_be_available`)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    return _torch_cuda()[0]
+
+
 def _torch_cuda() -> tuple[bool, str | None, list[str]]:
     if not _cuda_could_be_available():
         # CUDA cannot be available, so torch need not be imported to say so (a report's

@@ -227,11 +227,9 @@ class Step:
 
 
 def _cuda_present() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+    from harness import environment
+
+    return environment.cuda_available()
 
 
 def _env_step(lock: Path | None, allow_extra: bool) -> Step:
