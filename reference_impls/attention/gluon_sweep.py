@@ -11,6 +11,12 @@ GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md
   causal), ``do_bench`` medians with L2 flushed, each provider timed ``--rounds`` times in
   turn so the spread between rounds shows. Shapes as in ``bench.py``: H = 2048 / D,
   B * N = 32768.
+- ``bwd-correct``: the Gluon backward (``gluon_bwd.py``; dQ by reductions and by the separate
+  dQ pass, every tiling) against float64 autograd: dQ, dK, dV, with the Triton backward's
+  errors on the same inputs beside them.
+- ``bwd-time``: the backward alone (``torch.autograd.grad`` on a kept graph, the same FLOP
+  count times 2.5, as ``bench.py``): the Gluon backward both ways, the Triton backward, cuDNN
+  and flash, in turn, ``--rounds`` times.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from reference_impls.attention import gluon_fwd, kernel
+from reference_impls.attention import gluon_bwd, gluon_fwd, kernel
 
 
 def _reference(q, k, v, causal):
@@ -151,6 +157,115 @@ def timing(
     return rows
 
 
+BWD_SHAPES = [  # (B, H, Hkv, Nq, Nk, causal), D = 128
+    (2, 4, 4, 1024, 1024, False),
+    (2, 4, 4, 1024, 1024, True),
+    (2, 8, 2, 1024, 1024, True),
+    (1, 4, 4, 512, 2048, True),
+    (1, 4, 4, 256, 1280, False),
+    (3, 6, 2, 2048, 2048, True),
+]
+
+
+def _grads(q, k, v, do, causal, **kw):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = kernel.attention(q, k, v, causal=causal, **kw)
+    return torch.autograd.grad(out, (q, k, v), do)
+
+
+def _errors(grads, refs) -> list[float]:
+    return [((g.double() - r).norm() / r.norm()).item() for g, r in zip(grads, refs, strict=True)]
+
+
+def _bwd_providers(q, k, v, do, causal: bool) -> dict[str, Callable[[], object]]:
+    """The backward alone, each from its own forward's kept graph."""
+
+    def ours(**kw) -> Callable[[], object]:
+        out = kernel.attention(q, k, v, causal=causal, **kw)
+        return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+    def sdpa(backend: SDPBackend) -> Callable[[], object]:
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+    return {
+        "gluon (atomic dQ)": ours(backward="gluon", deterministic=False),
+        "gluon (dQ pass)": ours(backward="gluon", deterministic=True),
+        "triton": ours(backward="triton", deterministic=False),
+        "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    }
+
+
+def bwd_correctness(dtypes: Sequence[str]) -> list[dict]:
+    """Every Gluon backward tiling, both dQ ways, against float64; the Triton backward beside."""
+    torch.manual_seed(0)
+    rows = []
+    d = 128
+    for dtype_name in dtypes:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+        for b, h, hk, n_q, n_k, causal in BWD_SHAPES:
+            q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+            k, v = (torch.randn(b, hk, n_k, d, device="cuda", dtype=dtype) for _ in "kv")
+            do = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+            q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+            ref = kernel.reference_attention(q64, k64, v64, causal=causal)
+            refs = torch.autograd.grad(ref, (q64, k64, v64), do.double())
+
+            triton_errs = _errors(
+                _grads(q, k, v, do, causal, backward="triton", deterministic=True), refs
+            )
+            for cfg in gluon_bwd.CONFIGS[d]:
+                for atomic in (True, False):
+                    try:
+                        old = gluon_bwd.CONFIGS[d]
+                        gluon_bwd.CONFIGS[d] = (cfg,)  # the default the launcher takes
+                        got = _errors(
+                            _grads(q, k, v, do, causal, backward="gluon", deterministic=not atomic),
+                            refs,
+                        )
+                    except Exception as exc:  # report and go on: one bad tiling is a result
+                        got = [float("nan")] * 3
+                        print("bwd-correct error", cfg, atomic, repr(exc)[:300], flush=True)
+                    finally:
+                        gluon_bwd.CONFIGS[d] = old
+                    tol = 5e-3 if dtype == torch.float16 else 3e-2  # attention_cases.GRAD_TOL
+                    ok = all(e <= tol for e in got)
+                    row = {"dtype": dtype_name, "config": str(cfg), "atomic_dq": atomic,
+                           "shape": [b, h, hk, n_q, n_k, d], "causal": causal,
+                           "dq_dk_dv": got, "triton": triton_errs, "ok": ok}  # fmt: skip
+                    rows.append(row)
+                    print("bwd-correct", row, flush=True)
+    return rows
+
+
+def bwd_timing(dtypes: Sequence[str], lengths: Sequence[int], rounds: int) -> list[dict]:
+    rows = []
+    d = 128
+    for dtype_name in dtypes:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+        for n in lengths:
+            for causal in (False, True):
+                h, b = 2048 // d, 32768 // n
+                q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in "qkvo")
+                q, k, v = (t.requires_grad_() for t in (q, k, v))
+                flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
+
+                providers = _bwd_providers(q, k, v, do, causal)
+                row: dict = {"dtype": dtype_name, "d": d, "n": n, "causal": causal}
+                for fn in providers.values():
+                    fn()  # autotuning (Triton) and compiles outside the timing
+                torch.cuda.synchronize()
+                for _ in range(rounds):
+                    for name, fn in providers.items():
+                        ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+                        row.setdefault(name, []).append(round(flops / ms / 1e9, 1))
+                rows.append(row)
+                print("bwd-time", row, flush=True)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reference_impls.attention.gluon_sweep")
     parser.add_argument("--parts", default="correct,host,time")
@@ -186,7 +301,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         lengths = [int(x) for x in args.lengths.split(",")]
         result["time"] = timing(dims, args.dtypes.split(","), lengths, args.rounds, args.triton)
         save()
-    return 0 if all(r["ok"] for r in result.get("correct", [])) else 1
+    if "bwd-correct" in parts or "bwd-time" in parts:
+        # The Triton backward's autotuning configs, compiled in parallel into the disk cache
+        # (bench.py's warm-up), so that its first timed call only loads them.
+        from reference_impls.attention import bench
+
+        names = [{"bf16": "bfloat16", "fp16": "float16"}[t] for t in args.dtypes.split(",")]
+        bench.precompile([128], [False, True], names, jobs=8, fp8=False)
+    if "bwd-correct" in parts:
+        result["bwd_correct"] = bwd_correctness(args.dtypes.split(","))
+        save()
+    if "bwd-time" in parts:
+        lengths = [int(x) for x in args.lengths.split(",")]
+        result["bwd_time"] = bwd_timing(args.dtypes.split(","), lengths, args.rounds)
+        save()
+    checks = result.get("correct", []) + result.get("bwd_correct", [])
+    return 0 if all(r["ok"] for r in checks) else 1
 
 
 if __name__ == "__main__":
