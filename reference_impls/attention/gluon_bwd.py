@@ -42,11 +42,21 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
+    warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-__all__ = ["BwdConfig", "CONFIGS", "supports", "unsupported_reason", "attention_backward_dkdv"]
+__all__ = [
+    "BwdConfig",
+    "DqConfig",
+    "CONFIGS",
+    "DQ_CONFIGS",
+    "supports",
+    "unsupported_reason",
+    "attention_backward_dkdv",
+    "attention_backward_dq",
+]
 
 LOG2E = 1.4426950408889634
 
@@ -434,6 +444,227 @@ def _attn_bwd_ws(
 
 
 # ---------------------------------------------------------------------------------------------
+# The dQ kernel: one program per 2 * BLOCK_M query rows of one head (the forward's shape)
+
+
+@gluon.jit
+def _dq_tile(n_q, n_k, num_heads, group_size, CAUSAL: gl.constexpr, TILE_M: gl.constexpr,
+             BLOCK_N: gl.constexpr):  # fmt: skip
+    """(first Q row in the flat (B*H*Nq, D) view, first query index, first K/V row, key blocks
+    to visit). Causal tiles are numbered longest first."""
+    num_m = n_q // TILE_M
+    pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    if CAUSAL:
+        pid_m = num_m - 1 - pid_m
+    b = bh // num_heads
+    hkv = (bh % num_heads) // group_size
+    start_m = pid_m * TILE_M
+    kv_row0 = (b * (num_heads // group_size) + hkv) * n_k
+    if CAUSAL:
+        n_blocks = gl.cdiv(gl.minimum(start_m + TILE_M + n_k - n_q, n_k), BLOCK_N)
+    else:
+        n_blocks = n_k // BLOCK_N
+    return bh * n_q + start_m, start_m, kv_row0, n_blocks
+
+
+@gluon.jit
+def _dq_consumer(
+    DQ,
+    LSE,
+    DELTA,
+    q_bufs,
+    do_bufs,
+    k_ring,
+    v_ring,
+    qdo_bar,
+    kv_ready,
+    kv_empty,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    qk_scale,
+    sm_scale,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CONSUMER: gl.constexpr,
+):
+    """BLOCK_M query rows: dQ = sum over key blocks of dS K, dS = P (dP - delta) * sm_scale,
+    P = exp2(Q K^T * scale - lse), dP = dO V^T. dQ_{j} (async) overlaps block j+1's two
+    products; a slot is released once the dQ product that reads its K is done."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_bufs.dtype
+
+    q_row0, start_m0, kv_row0, n_blocks = _dq_tile(
+        n_q, n_k, num_heads, group_size, CAUSAL, 2 * BLOCK_M, BLOCK_N
+    )
+    row = q_row0 + CONSUMER * BLOCK_M
+    offs_m = start_m0 + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
+    lse = gl.load(LSE + row + gl.arange(0, BLOCK_M, layout=row_s))
+    delta = gl.load(DELTA + row + gl.arange(0, BLOCK_M, layout=row_s))
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    shift = n_k - n_q
+    q_s = q_bufs.index(CONSUMER)
+    do_s = do_bufs.index(CONSUMER)
+    mbarrier.wait(qdo_bar.index(CONSUMER), 0)
+    # Carried through the loop as an in-flight wgmma accumulator (waited for one block later).
+    dq = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout))
+    ds_op = gl.zeros([BLOCK_M, BLOCK_N], dtype, op_layout)
+    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    for j in range(n_blocks):
+        slot = j % STAGES
+        mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+        s = warpgroup_mma(q_s, k_ring.index(slot).permute((1, 0)), zero, use_acc=False,
+                          is_async=True)  # fmt: skip
+        dp = warpgroup_mma(do_s, v_ring.index(slot).permute((1, 0)), zero, use_acc=False,
+                           is_async=True)  # fmt: skip
+        # Everything but dP is done: S, and the previous block's dQ product (its K's slot is
+        # free now).
+        s, dq, ds_op = warpgroup_mma_wait(num_outstanding=1, deps=(s, dq, ds_op))
+        if j > 0:
+            mbarrier.arrive(kv_empty.index((j - 1) % STAGES), count=1)
+        p = gl.exp2(s * qk_scale - lse[:, None])
+        if CAUSAL:
+            # Only blocks that reach past this warpgroup's first row's diagonal need it; the
+            # select is cheap next to the exponentials, so every block takes it.
+            keep = (j * BLOCK_N + cols)[None, :] <= offs_m[:, None] + shift
+            p = gl.where(keep, p, 0.0)
+        dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp,))
+        ds = (p * (dp - delta[:, None]) * sm_scale).to(dtype)
+        ds_op = gl.convert_layout(ds, op_layout)
+        dq = warpgroup_mma(ds_op, k_ring.index(slot), dq, is_async=True)
+    dq, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ds_op))
+    mbarrier.arrive(kv_empty.index((n_blocks - 1) % STAGES), count=1)
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    base = DQ + row.to(gl.int64) * HEAD_DIM
+    gl.store(base + (rows[:, None] * HEAD_DIM + dims[None, :]), dq.to(DQ.dtype.element_ty))
+
+
+@gluon.jit
+def _dq_loader(
+    desc_q,
+    desc_do,
+    desc_k,
+    desc_v,
+    q_bufs,
+    do_bufs,
+    k_ring,
+    v_ring,
+    qdo_bar,
+    kv_ready,
+    kv_empty,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """Q and dO of both consumers once, then K_j and V_j into slot j % STAGES."""
+    q_row0, start_m0, kv_row0, n_blocks = _dq_tile(
+        n_q, n_k, num_heads, group_size, CAUSAL, 2 * BLOCK_M, BLOCK_N
+    )
+    for c in gl.static_range(2):
+        bar = qdo_bar.index(c)
+        mbarrier.expect(bar, desc_q.block_type.nbytes + desc_do.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_q, [q_row0 + c * BLOCK_M, 0], bar, q_bufs.index(c))
+        tma.async_copy_global_to_shared(desc_do, [q_row0 + c * BLOCK_M, 0], bar, do_bufs.index(c))
+    for j in range(n_blocks):
+        slot = j % STAGES
+        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        bar = kv_ready.index(slot)
+        mbarrier.expect(bar, desc_k.block_type.nbytes + desc_v.block_type.nbytes)
+        row = kv_row0 + j * BLOCK_N
+        tma.async_copy_global_to_shared(desc_k, [row, 0], bar, k_ring.index(slot))
+        tma.async_copy_global_to_shared(desc_v, [row, 0], bar, v_ring.index(slot))
+
+
+@gluon.jit
+def _attn_bwd_dq_ws(
+    desc_q,
+    desc_do,
+    desc_k,
+    desc_v,
+    DQ,
+    LSE,
+    DELTA,
+    qk_scale,
+    sm_scale,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+):
+    """dQ alone (three matmuls per block, no atomics: deterministic). desc_q/desc_do:
+    (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with (BLOCK_N, D)
+    tiles; DQ: (B*H*Nq, D) in the input dtype. Grid (Nq / (2 * BLOCK_M), B * H)."""
+    dtype: gl.constexpr = desc_q.dtype
+    q_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], desc_q.layout)
+    do_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], desc_do.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
+    qdo_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(qdo_bar.index(c), count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(kv_ready.index(s), count=1)
+        mbarrier.init(kv_empty.index(s), count=2)
+
+    gl.warp_specialize(
+        [
+            (
+                _dq_consumer,
+                (
+                    DQ, LSE, DELTA, q_bufs, do_bufs, k_ring, v_ring, qdo_bar, kv_ready,
+                    kv_empty, n_q, n_k, num_heads, group_size, qk_scale, sm_scale, CAUSAL,
+                    BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 0,
+                ),
+            ),
+            (
+                _dq_consumer,
+                (
+                    DQ, LSE, DELTA, q_bufs, do_bufs, k_ring, v_ring, qdo_bar, kv_ready,
+                    kv_empty, n_q, n_k, num_heads, group_size, qk_scale, sm_scale, CAUSAL,
+                    BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, 1,
+                ),
+            ),
+            (
+                _dq_loader,
+                (
+                    desc_q, desc_do, desc_k, desc_v, q_bufs, do_bufs, k_ring, v_ring, qdo_bar,
+                    kv_ready, kv_empty, n_q, n_k, num_heads, group_size, CAUSAL, BLOCK_M,
+                    BLOCK_N, STAGES,
+                ),
+            ),
+        ],
+        [4, LOADER_WARPS],
+        [CONSUMER_REGS, LOADER_REGS],
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
 # Configurations and the launcher
 
 
@@ -448,6 +679,24 @@ class BwdConfig:
 
 CONFIGS: dict[int, tuple[BwdConfig, ...]] = {
     128: (BwdConfig(64, 128, 2), BwdConfig(64, 128, 3)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DqConfig:
+    """One tiling of the dQ kernel."""
+
+    block_m: int  # query rows per consumer warpgroup (two per program)
+    block_n: int  # keys per block
+    stages: int  # K/V slots in the ring
+
+    @property
+    def tile_m(self) -> int:
+        return 2 * self.block_m
+
+
+DQ_CONFIGS: dict[int, tuple[DqConfig, ...]] = {
+    128: (DqConfig(64, 64, 3), DqConfig(64, 64, 4), DqConfig(64, 128, 2)),
 }
 
 
@@ -469,9 +718,12 @@ def unsupported_reason(
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
         return "needs contiguous (B, H, N, D) tensors"
     cfg = config or CONFIGS[d][0]
+    dq_cfg = DQ_CONFIGS[d][0]
     n_q, n_k = q.shape[2], k.shape[2]
-    if n_q % cfg.block_m or n_k % cfg.block_n:
-        return f"needs Nq % {cfg.block_m} == 0 and Nk % {cfg.block_n} == 0, got {n_q} and {n_k}"
+    m = max(cfg.block_m, dq_cfg.tile_m)
+    n = max(cfg.block_n, dq_cfg.block_n)
+    if n_q % m or n_k % n:
+        return f"needs Nq % {m} == 0 and Nk % {n} == 0, got {n_q} and {n_k}"
     if causal and n_k < n_q:
         return f"causal needs Nk >= Nq, got Nq={n_q}, Nk={n_k}"
     return None
@@ -546,3 +798,35 @@ def attention_backward_dkdv(
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG,
     )  # fmt: skip
     return dk, dv
+
+
+def attention_backward_dq(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    lse: torch.Tensor,
+    delta: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    config: DqConfig | None = None,
+) -> torch.Tensor:
+    """dq in q's dtype, deterministic (no atomics). Same inputs as
+    :func:`attention_backward_dkdv`."""
+    b, h, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    cfg = config or DQ_CONFIGS[d][0]
+    dq = torch.empty_like(q)
+    q_layout, kv_layout = _layouts(cfg.block_m, cfg.block_n, d, q.dtype)
+    q_rows, kv_rows = b * h * n_q, b * h_kv * n_k
+    desc_q = TensorDescriptor(q, [q_rows, d], [d, 1], [cfg.block_m, d], q_layout)
+    desc_do = TensorDescriptor(do, [q_rows, d], [d, 1], [cfg.block_m, d], q_layout)
+    desc_k = TensorDescriptor(k, [kv_rows, d], [d, 1], [cfg.block_n, d], kv_layout)
+    desc_v = TensorDescriptor(v, [kv_rows, d], [d, 1], [cfg.block_n, d], kv_layout)
+    _attn_bwd_dq_ws[(n_q // cfg.tile_m, b * h)](
+        desc_q, desc_do, desc_k, desc_v, dq, lse, delta, sm_scale * LOG2E, sm_scale, n_q, n_k,
+        h, h // h_kv, CAUSAL=causal, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d,
+        STAGES=cfg.stages, CONSUMER_REGS=CONSUMER_REGS, num_warps=WARPS_PER_CONSUMER,
+        maxnreg=KERNEL_MAXNREG,
+    )  # fmt: skip
+    return dq

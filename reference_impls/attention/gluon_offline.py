@@ -132,7 +132,7 @@ def _compile(fn, args: dict, constants: dict, options: dict) -> tuple[int, int, 
 class CompiledBackward:
     """What one compile of the backward reports."""
 
-    config: gluon_bwd.BwdConfig
+    config: gluon_bwd.BwdConfig | gluon_bwd.DqConfig
     head_dim: int
     causal: bool
     atomic_dq: bool
@@ -193,6 +193,45 @@ def compile_backward(
     return CompiledBackward(config, head_dim, causal, atomic_dq, shared, stores, loads, line)
 
 
+def compile_backward_dq(
+    config: gluon_bwd.DqConfig, head_dim: int, causal: bool, dtype: torch.dtype = torch.float16
+) -> CompiledBackward:
+    """Compile ``gluon_bwd._attn_bwd_dq_ws`` (the dQ kernel) for sm_90a."""
+    gdtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    base = torch.empty(ROWS, head_dim, dtype=dtype)
+
+    def desc(rows: int) -> TensorDescriptor:
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gdtype)
+        return TensorDescriptor(base, [ROWS, head_dim], [head_dim, 1], [rows, head_dim], layout)
+
+    args = {
+        "desc_q": desc(config.block_m),
+        "desc_do": desc(config.block_m),
+        "desc_k": desc(config.block_n),
+        "desc_v": desc(config.block_n),
+        "DQ": torch.empty(ROWS, head_dim, dtype=dtype),
+        "LSE": torch.empty(ROWS, dtype=torch.float32),
+        "DELTA": torch.empty(ROWS, dtype=torch.float32),
+        "qk_scale": 0.1,
+        "sm_scale": 0.1,
+        "n_q": 1024,
+        "n_k": 1024,
+        "num_heads": 16,
+        "group_size": 1,
+    }
+    constants = {
+        "CAUSAL": causal,
+        "BLOCK_M": config.block_m,
+        "BLOCK_N": config.block_n,
+        "HEAD_DIM": head_dim,
+        "STAGES": config.stages,
+        "CONSUMER_REGS": gluon_bwd.CONSUMER_REGS,
+    }
+    options = {"num_warps": gluon_bwd.WARPS_PER_CONSUMER, "maxnreg": gluon_bwd.KERNEL_MAXNREG}
+    shared, stores, loads, line = _compile(gluon_bwd._attn_bwd_dq_ws, args, constants, options)
+    return CompiledBackward(config, head_dim, causal, False, shared, stores, loads, line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reference_impls.attention.gluon_offline",
@@ -234,6 +273,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                             f"{cb.resource_usage}",
                             flush=True,
                         )
+            dq_configs = gluon_bwd.DQ_CONFIGS[d]
+            for dcfg in dq_configs[:1] if args.default_only else dq_configs:
+                for causal in (False, True):
+                    cb = compile_backward_dq(dcfg, d, causal)
+                    ok = cb.spill_stores == cb.spill_loads == 0
+                    ok = ok and cb.shared_bytes <= SM90_MAX_SHARED
+                    bad += not ok
+                    print(
+                        f"{'ok ' if ok else 'BAD'} bwd-dq D={d} {dcfg} causal={causal!s:<5} "
+                        f"shared {cb.shared_bytes} B, spills {cb.spill_stores} stores / "
+                        f"{cb.spill_loads} loads | {cb.resource_usage}",
+                        flush=True,
+                    )
         if "fwd" not in kernels:
             continue
         configs = gluon_fwd.CONFIGS[d][:1] if args.default_only else gluon_fwd.CONFIGS[d]

@@ -201,19 +201,27 @@ def test_gluon_backward_matches_float64(attn, case, dtype, deterministic):
     assert max(errors[n] for n in ("dq", "dk", "dv")) <= GRAD_TOL[dtype], errors
 
 
-def test_every_backward_tiling_matches_float64(gluon_bwd, attn, monkeypatch):
-    # Each ring depth, both dQ ways, causal or not, grouped-query heads (several query heads
-    # stream through one program's ring).
-    for i, cfg in enumerate(gluon_bwd.CONFIGS[128]):
+def test_every_backward_tiling_and_dq_way_matches_float64(gluon_bwd, attn, monkeypatch):
+    # Each tiling of the dK/dV kernel and of the dQ kernel, each way of getting dQ (in-kernel
+    # reductions, the Gluon dQ kernel, kernel.py's), causal or not, grouped-query heads
+    # (several query heads stream through one program's ring).
+    from reference_impls.attention import kernel
+
+    dkdv, dqs = gluon_bwd.CONFIGS[128], gluon_bwd.DQ_CONFIGS[128]
+    variants = [("atomic", c, dqs[0]) for c in dkdv] + [("triton", dkdv[0], dqs[0])]
+    variants += [("gluon", dkdv[0], c) for c in dqs] + [("gluon", c, dqs[0]) for c in dkdv[1:]]
+    for i, (mode, cfg, dq_cfg) in enumerate(variants):
+        det = mode != "atomic"
         monkeypatch.setitem(gluon_bwd.CONFIGS, 128, (cfg,))
+        monkeypatch.setitem(gluon_bwd.DQ_CONFIGS, 128, (dq_cfg,))
+        monkeypatch.setitem(kernel.GLUON_DQ_MODE, det, mode)
         for causal in (False, True):
-            for det in (False, True):
-                shape = (2, 4, 2, 1024, 1024, 128, causal)
-                errors = _grads_vs_float64(
-                    attn, shape, torch.bfloat16, i, backward="gluon", deterministic=det
-                )
-                worst = max(errors[n] for n in ("dq", "dk", "dv"))
-                assert worst <= GRAD_TOL[torch.bfloat16], (cfg, causal, det, errors)
+            shape = (2, 4, 2, 1024, 1024, 128, causal)
+            errors = _grads_vs_float64(
+                attn, shape, torch.bfloat16, i, backward="gluon", deterministic=det
+            )
+            worst = max(errors[n] for n in ("dq", "dk", "dv"))
+            assert worst <= GRAD_TOL[torch.bfloat16], (mode, cfg, dq_cfg, causal, errors)
 
 
 def test_auto_backward_picks_gluon_only_where_it_measured_faster(attn):
