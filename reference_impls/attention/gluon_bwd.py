@@ -15,13 +15,18 @@ Hopper; the arithmetic is ``kernel.py``'s one-pass backward (``_attn_bwd_dkdv`` 
   product's left operand is at hand: ``S^T = K Q^T`` and ``dP^T = V dO^T`` (async wgmma from
   shared memory), ``P^T = exp2(S^T * scale - lse)``, ``dV += P^T dO`` with P^T from registers,
   ``dS^T = P^T (dP^T - delta) * sm_scale``, ``dK += dS^T Q``.
-- dQ (``ATOMIC_DQ``): both halves of dS^T go to shared memory (two buffers, so one query
-  block's dQ product overlaps the next one's writes), and each consumer computes half of dQ's
-  columns over the whole key block, ``dS K[:, half]`` (FlashAttention-3's split), which it
-  adds to an fp32 buffer with vector reductions (``red.global.add.v2.f32``; Gluon on Hopper
-  has no TMA reduce). The order of the adds varies, so dQ's last bits vary between runs.
-  Without ``ATOMIC_DQ`` the kernel computes dK and dV alone (four matmuls) and dQ comes from
-  a separate pass (``kernel.py``'s ``_attn_bwd_dq``): deterministic, two matmuls more.
+- dQ, three ways (``kernel.GLUON_DQ_MODE`` picks; docs/benchmarks/attention.md has the
+  numbers):
+  - in this kernel (``ATOMIC_DQ``): both halves of dS^T go to shared memory (two buffers),
+    and each consumer computes half of dQ's columns over the whole key block,
+    ``dS K[:, half]`` (FlashAttention-3's split), which it adds to an fp32 buffer with vector
+    reductions (``red.global.add.v2.f32``; Gluon on Hopper has no TMA reduce). Five matmuls,
+    but measured slower than either separate pass: the reductions cost more than a dQ pass.
+    The order of the adds varies, so dQ's last bits vary between runs.
+  - a separate pass, this file's ``_attn_bwd_dq_ws`` (a forward-shaped program per 128 query
+    rows, K/V streamed through a ring, the dQ product of block j overlapping block j+1's
+    two), or ``kernel.py``'s ``_attn_bwd_dq`` (the default: faster than this file's); then
+    this kernel computes dK and dV alone (four matmuls). Deterministic, two matmuls more.
 
 What it covers: fp16/bf16, head dim 128 (dQ's column split needs halves of whole 128-byte
 swizzle rows), contiguous ``(B, H, N, D)`` inputs, ``Nq % BLOCK_M == 0``,

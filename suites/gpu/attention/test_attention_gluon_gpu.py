@@ -186,18 +186,20 @@ def _grads_vs_float64(attn, shape, dtype, seed, **kw):
     return errors
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic-dq", "dq-pass"])
+@pytest.mark.parametrize("mode", ["triton", "atomic"], ids=["dq-pass", "atomic-dq"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("case", list(GLUON_BWD_CASES))
-def test_gluon_backward_matches_float64(attn, case, dtype, deterministic):
-    # dQ either added by the Gluon kernel's fp32 reductions or from kernel.py's dQ pass.
+def test_gluon_backward_matches_float64(attn, case, dtype, mode, monkeypatch):
+    # dQ from kernel.py's dQ pass (the default, kernel.GLUON_DQ_MODE) or added by the Gluon
+    # dK/dV kernel's own fp32 reductions.
+    from reference_impls.attention import kernel
+
+    det = mode != "atomic"
+    monkeypatch.setitem(kernel.GLUON_DQ_MODE, det, mode)
     errors = _grads_vs_float64(
-        attn, GLUON_BWD_CASES[case], dtype, 0, backward="gluon", deterministic=deterministic
+        attn, GLUON_BWD_CASES[case], dtype, 0, backward="gluon", deterministic=det
     )
-    print(
-        f"{case} {dtype} det={deterministic}: "
-        + ", ".join(f"{n} {e:.2e}" for n, e in errors.items())
-    )
+    print(f"{case} {dtype} {mode}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()))
     assert max(errors[n] for n in ("dq", "dk", "dv")) <= GRAD_TOL[dtype], errors
 
 

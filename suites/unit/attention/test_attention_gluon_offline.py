@@ -1,6 +1,6 @@
-"""The Gluon forward and backward compile for sm_90a on a machine without a GPU (Triton's own ptxas), so
-this CPU tier catches what would otherwise surface only on a GPU: compile errors, a tiling
-that spills registers, shared memory over the limit. Correctness is the gpu tier's job
+"""The Gluon forward and backward compile for sm_90a on a machine without a GPU (Triton's own
+ptxas), so this CPU tier catches what would otherwise surface only on a GPU: compile errors, a
+tiling that spills registers, shared memory over the limit. Correctness is the gpu tier's job
 (suites/gpu/attention/test_attention_gluon_gpu.py).
 
 The compile runs in a child process without TRITON_INTERPRET: suites/conftest.py turns the
