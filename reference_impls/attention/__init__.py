@@ -1,7 +1,7 @@
 """Fused attention (FlashAttention-2 in Triton), forward and backward, with its eager reference,
-a warp-specialized Hopper forward in Gluon (FlashAttention-3's schedule, ``gluon_fwd``) that
-``attention`` picks on sm_90 where it measured faster, and an fp8 (e4m3) forward for inference
-with per-block scales.
+a warp-specialized Hopper forward and backward in Gluon (FlashAttention-3's schedule,
+``gluon_fwd``, ``gluon_bwd``) that ``attention`` picks on sm_90 where they measured faster, and
+an fp8 (e4m3) forward for inference with per-block scales.
 
     from reference_impls.attention import attention, reference_attention
     o = attention(q, k, v, causal=True)  # q: (B, H, Nq, D), k/v: (B, Hkv, Nk, D)

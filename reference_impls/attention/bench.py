@@ -35,13 +35,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# "triton": kernel.py's Triton kernels, forward and backward (``forward="triton"``).
+# "triton": kernel.py's Triton kernels, forward and backward (``forward="triton"``,
+# ``backward="triton"``).
 # "triton-det": this kernel's deterministic backward (two passes, no atomics); forward modes
 # skip it (the forward is the same kernel).
-# "gluon": the warp-specialized Gluon forward (gluon_fwd.py, sm_90 only, ``forward="gluon"``)
-# with kernel.py's backward; the "bwd" mode skips it (the same backward as "triton"), and a
-# shape it does not cover reports an error. ``attention()``'s default picks per call between
-# this and "triton" (kernel.GLUON_FORWARD_HEAD_DIMS).
+# "gluon": the warp-specialized Gluon kernels (sm_90 only): gluon_fwd.py's forward and
+# gluon_bwd.py's dK/dV with kernel.GLUON_DQ_MODE's dQ (``forward="gluon"``,
+# ``backward="gluon"``); a shape they do not cover reports an error. ``attention()``'s default
+# picks per call between these and "triton" (kernel.GLUON_FORWARD_HEAD_DIMS,
+# kernel.GLUON_BACKWARD_HEAD_DIMS).
 # "fp8" / "fp8-quant": attention_fp8 (inference, e4m3 operands, bf16 output), timed on inputs
 # quantized beforehand (an fp8 KV cache) / with the quantization of q, k and v inside the timed
 # call; the "fwd" mode only (no autograd).
@@ -124,12 +126,13 @@ def attention_fn(provider: str) -> Callable:
     """(q, k, v, causal) -> output, for one provider."""
     if provider in ("triton", "triton-det", "gluon"):
         from reference_impls.attention import attention
-        from reference_impls.attention.kernel import ForwardKernel
+        from reference_impls.attention.kernel import BackwardKernel, ForwardKernel
 
         det = provider == "triton-det"
         fwd: ForwardKernel = "gluon" if provider == "gluon" else "triton"
+        bwd: BackwardKernel = "gluon" if provider == "gluon" else "triton"
         return lambda q, k, v, causal: attention(
-            q, k, v, causal=causal, deterministic=det, forward=fwd
+            q, k, v, causal=causal, deterministic=det, forward=fwd, backward=bwd
         )
     backend = SDPA_BACKENDS[provider]
 
@@ -405,8 +408,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for provider in providers:
             if provider == "triton-det" and case.mode.startswith("fwd") and case.mode != "fwd+bwd":
                 continue  # the same forward kernel as "triton"
-            if provider == "gluon" and case.mode == "bwd":
-                continue  # the same backward kernels as "triton"
             if provider in FP8_PROVIDERS and case.mode != "fwd":
                 continue  # inference only
             r = measure(case, provider, inputs)

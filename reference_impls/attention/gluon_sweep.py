@@ -11,6 +11,13 @@ GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md
   causal), ``do_bench`` medians with L2 flushed, each provider timed ``--rounds`` times in
   turn so the spread between rounds shows. Shapes as in ``bench.py``: H = 2048 / D,
   B * N = 32768.
+- ``bwd-correct``: the Gluon backward (``gluon_bwd.py``; dQ by in-kernel reductions, by the
+  Gluon dQ kernel and by kernel.py's, every tiling) against float64 autograd: dQ, dK, dV,
+  with the Triton backward's errors on the same inputs beside them.
+- ``bwd-kernels``: each backward kernel alone, per tiling (where the time goes).
+- ``bwd-time``: the backward alone (``torch.autograd.grad`` on a kept graph, the forward's
+  FLOPs times 2.5, as ``bench.py``): the Gluon backward each way, the Triton backward, cuDNN
+  and flash, in turn, ``--rounds`` times.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from reference_impls.attention import gluon_fwd, kernel
+from reference_impls.attention import gluon_bwd, gluon_fwd, kernel
 
 
 def _reference(q, k, v, causal):
@@ -151,6 +158,196 @@ def timing(
     return rows
 
 
+BWD_SHAPES = [  # (B, H, Hkv, Nq, Nk, causal), D = 128
+    (2, 4, 4, 1024, 1024, False),
+    (2, 4, 4, 1024, 1024, True),
+    (2, 8, 2, 1024, 1024, True),
+    (1, 4, 4, 512, 2048, True),
+    (1, 4, 4, 256, 1280, False),
+    (3, 6, 2, 2048, 2048, True),
+]
+
+
+def _grads(q, k, v, do, causal, **kw):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = kernel.attention(q, k, v, causal=causal, **kw)
+    return torch.autograd.grad(out, (q, k, v), do)
+
+
+def _errors(grads, refs) -> list[float]:
+    return [((g.double() - r).norm() / r.norm()).item() for g, r in zip(grads, refs, strict=True)]
+
+
+def _bwd_providers(q, k, v, do, causal: bool) -> dict[str, Callable[[], object]]:
+    """The backward alone, each from its own forward's kept graph."""
+
+    def ours(backward: kernel.BackwardKernel, mode: str | None = None) -> Callable[[], object]:
+        det = mode is not None and mode != "atomic"
+        out = kernel.attention(q, k, v, causal=causal, backward=backward, deterministic=det)
+
+        def run() -> object:
+            if mode is not None:
+                kernel.GLUON_DQ_MODE[det] = mode
+            return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+        return run
+
+    def sdpa(backend: SDPBackend) -> Callable[[], object]:
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+    return {
+        "gluon (atomic dQ)": ours("gluon", "atomic"),
+        "gluon (Gluon dQ pass)": ours("gluon", "gluon"),
+        "gluon (Triton dQ pass)": ours("gluon", "triton"),
+        "triton": ours("triton"),
+        "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    }
+
+
+def _bwd_variants() -> list[tuple[str, gluon_bwd.BwdConfig, gluon_bwd.DqConfig]]:
+    """(dQ mode, dK/dV tiling, dQ tiling): every tiling of each kernel at least once."""
+    dkdv, dqs = gluon_bwd.CONFIGS[128], gluon_bwd.DQ_CONFIGS[128]
+    out = [("atomic", c, dqs[0]) for c in dkdv] + [("triton", dkdv[0], dqs[0])]
+    out += [("gluon", dkdv[0], c) for c in dqs] + [("gluon", c, dqs[0]) for c in dkdv[1:]]
+    return out
+
+
+def bwd_correctness(dtypes: Sequence[str]) -> list[dict]:
+    """Every Gluon backward tiling, both dQ ways, against float64; the Triton backward beside."""
+    torch.manual_seed(0)
+    rows = []
+    d = 128
+    for dtype_name in dtypes:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+        for b, h, hk, n_q, n_k, causal in BWD_SHAPES:
+            q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+            k, v = (torch.randn(b, hk, n_k, d, device="cuda", dtype=dtype) for _ in "kv")
+            do = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+            q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+            ref = kernel.reference_attention(q64, k64, v64, causal=causal)
+            refs = torch.autograd.grad(ref, (q64, k64, v64), do.double())
+
+            triton_errs = _errors(
+                _grads(q, k, v, do, causal, backward="triton", deterministic=True), refs
+            )
+            for mode, cfg, dq_cfg in _bwd_variants():
+                det = mode != "atomic"
+                old = gluon_bwd.CONFIGS[d], gluon_bwd.DQ_CONFIGS[d], kernel.GLUON_DQ_MODE[det]
+                try:
+                    # The defaults the launchers take.
+                    gluon_bwd.CONFIGS[d], gluon_bwd.DQ_CONFIGS[d] = (cfg,), (dq_cfg,)
+                    kernel.GLUON_DQ_MODE[det] = mode
+                    got = _errors(
+                        _grads(q, k, v, do, causal, backward="gluon", deterministic=det), refs
+                    )
+                except Exception as exc:  # report and go on: one bad tiling is a result
+                    got = [float("nan")] * 3
+                    print("bwd-correct error", mode, cfg, dq_cfg, repr(exc)[:300], flush=True)
+                finally:
+                    gluon_bwd.CONFIGS[d], gluon_bwd.DQ_CONFIGS[d], kernel.GLUON_DQ_MODE[det] = old
+                tol = 5e-3 if dtype == torch.float16 else 3e-2  # attention_cases.GRAD_TOL
+                ok = all(e <= tol for e in got)
+                row = {"dtype": dtype_name, "mode": mode, "config": str(cfg),
+                       "dq_config": str(dq_cfg), "shape": [b, h, hk, n_q, n_k, d],
+                       "causal": causal, "dq_dk_dv": got, "triton": triton_errs,
+                       "ok": ok}  # fmt: skip
+                rows.append(row)
+                print("bwd-correct", row, flush=True)
+    return rows
+
+
+def bwd_timing(dtypes: Sequence[str], lengths: Sequence[int], rounds: int) -> list[dict]:
+    rows = []
+    d = 128
+    for dtype_name in dtypes:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+        for n in lengths:
+            for causal in (False, True):
+                h, b = 2048 // d, 32768 // n
+                q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in "qkvo")
+                q, k, v = (t.requires_grad_() for t in (q, k, v))
+                flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
+
+                providers = _bwd_providers(q, k, v, do, causal)
+                row: dict = {"dtype": dtype_name, "d": d, "n": n, "causal": causal}
+                for fn in providers.values():
+                    fn()  # autotuning (Triton) and compiles outside the timing
+                torch.cuda.synchronize()
+                for _ in range(rounds):
+                    for name, fn in providers.items():
+                        ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+                        row.setdefault(name, []).append(round(flops / ms / 1e9, 1))
+                rows.append(row)
+                print("bwd-time", row, flush=True)
+    return rows
+
+
+def _kernel_fns(q, k, v, do, causal: bool) -> dict[str, tuple[int, Callable[[], object]]]:
+    """name: (matmuls, call) for each backward kernel alone on these inputs."""
+    b, h, n, d = q.shape
+    scale = 1 / math.sqrt(d)
+    o, lse = gluon_fwd.attention_forward(q, k, v, causal, scale)
+    delta = (o.float() * do.float()).sum(-1)
+    sizes, common = kernel._launch_args(q, k, causal)
+    dq_t = torch.empty_like(q)
+    dq32 = torch.zeros(q.shape, device="cuda", dtype=torch.float32)
+
+    def triton_dq() -> None:
+        grid = lambda meta: (b * h * triton.cdiv(n, meta["BLOCK_M"]),)  # noqa: E731
+        kernel._bwd_dq[grid](
+            kernel._desc(q), kernel._desc(k), kernel._desc(v), kernel._desc(o),
+            kernel._desc(do), dq_t, lse, torch.empty_like(lse), scale, *sizes, **common,
+        )  # fmt: skip
+
+    def gluon_dq(c: gluon_bwd.DqConfig) -> Callable[[], object]:
+        return lambda: gluon_bwd.attention_backward_dq(q, k, v, do, lse, delta, causal, scale, c)
+
+    def dkdv(c: gluon_bwd.BwdConfig, dq: torch.Tensor | None) -> Callable[[], object]:
+        return lambda: gluon_bwd.attention_backward_dkdv(
+            q, k, v, do, lse, delta, dq, causal, scale, c
+        )
+
+    fns: dict[str, tuple[int, Callable[[], object]]] = {"triton dq": (3, triton_dq)}
+    for c in gluon_bwd.DQ_CONFIGS[d]:
+        fns[f"gluon dq {c}"] = (3, gluon_dq(c))
+    for cb in gluon_bwd.CONFIGS[d]:
+        fns[f"gluon dkdv {cb}"] = (4, dkdv(cb, None))
+        fns[f"gluon dkdv+atomic dq {cb}"] = (5, dkdv(cb, dq32))
+    return fns
+
+
+def bwd_kernels(lengths: Sequence[int], rounds: int) -> list[dict]:
+    """Each backward kernel alone (bf16, D=128): the Gluon dQ kernel and kernel.py's, the Gluon
+    dK/dV kernel without and with the in-kernel dQ, per tiling. TFLOP/s over each kernel's
+    own matmuls (dQ 3, dK/dV 4, dK/dV + dQ 5, of 2 B H N^2 D each, halved when causal)."""
+    rows = []
+    d = 128
+    for n in lengths:
+        for causal in (False, True):
+            h, b = 2048 // d, 32768 // n
+            q, k, v, do = (
+                torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in "qkvo"
+            )
+            matmul = 2 * b * h * n * n * d / (2 if causal else 1)
+            fns = _kernel_fns(q, k, v, do, causal)
+            row: dict = {"n": n, "causal": causal}
+            for _, fn in fns.values():
+                fn()
+            torch.cuda.synchronize()
+            for _ in range(rounds):
+                for name, (mm, fn) in fns.items():
+                    ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+                    row.setdefault(name, []).append(
+                        {"ms": round(ms, 3), "tflops": round(mm * matmul / ms / 1e9, 1)}
+                    )
+            rows.append(row)
+            print("bwd-kernels", row, flush=True)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reference_impls.attention.gluon_sweep")
     parser.add_argument("--parts", default="correct,host,time")
@@ -186,7 +383,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         lengths = [int(x) for x in args.lengths.split(",")]
         result["time"] = timing(dims, args.dtypes.split(","), lengths, args.rounds, args.triton)
         save()
-    return 0 if all(r["ok"] for r in result.get("correct", [])) else 1
+    if any(p in parts for p in ("bwd-correct", "bwd-time", "bwd-kernels")):
+        # The Triton backward's autotuning configs, compiled in parallel into the disk cache
+        # (bench.py's warm-up), so that its first timed call only loads them.
+        from reference_impls.attention import bench
+
+        names = [{"bf16": "bfloat16", "fp16": "float16"}[t] for t in args.dtypes.split(",")]
+        bench.precompile([128], [False, True], names, jobs=8, fp8=False)
+    if "bwd-correct" in parts:
+        result["bwd_correct"] = bwd_correctness(args.dtypes.split(","))
+        save()
+    if "bwd-kernels" in parts:
+        lengths = [int(x) for x in args.lengths.split(",")]
+        result["bwd_kernels"] = bwd_kernels(lengths, args.rounds)
+        save()
+    if "bwd-time" in parts:
+        lengths = [int(x) for x in args.lengths.split(",")]
+        result["bwd_time"] = bwd_timing(args.dtypes.split(","), lengths, args.rounds)
+        save()
+    checks = result.get("correct", []) + result.get("bwd_correct", [])
+    return 0 if all(r["ok"] for r in checks) else 1
 
 
 if __name__ == "__main__":

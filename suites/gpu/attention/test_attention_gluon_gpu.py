@@ -1,6 +1,8 @@
-"""The warp-specialized Gluon forward (reference_impls/attention/gluon_fwd.py) on an sm_90 GPU:
-every tiling against a float64 reference, through ``attention(..., forward="gluon")`` with
-kernel.py's backward reading its log-sum-exp, and the dispatch of ``forward="auto"``.
+"""The warp-specialized Gluon forward (reference_impls/attention/gluon_fwd.py) and backward
+(gluon_bwd.py) on an sm_90 GPU: every tiling against a float64 reference, through
+``attention(..., forward="gluon")`` with kernel.py's backward reading its log-sum-exp and
+through ``attention(..., backward="gluon")``, and the dispatch of ``forward="auto"`` and
+``backward="auto"``.
 
 As in test_attention_gpu.py, reference_impls.attention is imported inside a fixture, never at
 module import (the unit suites set TRITON_INTERPRET before they import it).
@@ -153,3 +155,109 @@ def test_persistent_programs_cover_every_tile_once(gluon_fwd, attn, causal):
             err = (o.double() - ref).norm(dim=-1) / ref.norm(dim=-1)
             assert err.max().item() <= 2 * FWD_TOL[torch.bfloat16], (cfg, err.max().item())
             assert torch.isfinite(lse).all(), cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# The Gluon backward (reference_impls/attention/gluon_bwd.py): head dim 128, whole tiles.
+
+GLUON_BWD_CASES = {n: c for n, c in GLUON_CASES.items() if c[5] == 128}
+
+
+@pytest.fixture(scope="module")
+def gluon_bwd():
+    from reference_impls.attention import gluon_bwd
+
+    return gluon_bwd
+
+
+def _grads_vs_float64(attn, shape, dtype, seed, **kw):
+    """{name: relative error} of the output and dq, dk, dv against float64 autograd."""
+    causal = shape[-1]
+    q, k, v = _inputs(shape, dtype, seed=seed, requires_grad=True)
+    out = attn.attention(q, k, v, causal=causal, **kw)
+    do = torch.randn_like(out)
+    out.backward(do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = attn.reference_attention(q64, k64, v64, causal=causal)
+    ref.backward(do.double())
+    errors = {"out": rel_error(out, ref)}
+    for n, t, r in zip("qkv", (q, k, v), (q64, k64, v64), strict=True):
+        errors[f"d{n}"] = rel_error(t.grad, r.grad)
+    return errors
+
+
+@pytest.mark.parametrize("mode", ["triton", "atomic"], ids=["dq-pass", "atomic-dq"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", list(GLUON_BWD_CASES))
+def test_gluon_backward_matches_float64(attn, case, dtype, mode, monkeypatch):
+    # dQ from kernel.py's dQ pass (the default, kernel.GLUON_DQ_MODE) or added by the Gluon
+    # dK/dV kernel's own fp32 reductions.
+    from reference_impls.attention import kernel
+
+    det = mode != "atomic"
+    monkeypatch.setitem(kernel.GLUON_DQ_MODE, det, mode)
+    errors = _grads_vs_float64(
+        attn, GLUON_BWD_CASES[case], dtype, 0, backward="gluon", deterministic=det
+    )
+    print(f"{case} {dtype} {mode}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()))
+    assert max(errors[n] for n in ("dq", "dk", "dv")) <= GRAD_TOL[dtype], errors
+
+
+def test_every_backward_tiling_and_dq_way_matches_float64(gluon_bwd, attn, monkeypatch):
+    # Each tiling of the dK/dV kernel and of the dQ kernel, each way of getting dQ (in-kernel
+    # reductions, the Gluon dQ kernel, kernel.py's), causal or not, grouped-query heads
+    # (several query heads stream through one program's ring).
+    from reference_impls.attention import kernel
+
+    dkdv, dqs = gluon_bwd.CONFIGS[128], gluon_bwd.DQ_CONFIGS[128]
+    variants = [("atomic", c, dqs[0]) for c in dkdv] + [("triton", dkdv[0], dqs[0])]
+    variants += [("gluon", dkdv[0], c) for c in dqs] + [("gluon", c, dqs[0]) for c in dkdv[1:]]
+    for i, (mode, cfg, dq_cfg) in enumerate(variants):
+        det = mode != "atomic"
+        monkeypatch.setitem(gluon_bwd.CONFIGS, 128, (cfg,))
+        monkeypatch.setitem(gluon_bwd.DQ_CONFIGS, 128, (dq_cfg,))
+        monkeypatch.setitem(kernel.GLUON_DQ_MODE, det, mode)
+        for causal in (False, True):
+            shape = (2, 4, 2, 1024, 1024, 128, causal)
+            errors = _grads_vs_float64(
+                attn, shape, torch.bfloat16, i, backward="gluon", deterministic=det
+            )
+            worst = max(errors[n] for n in ("dq", "dk", "dv"))
+            assert worst <= GRAD_TOL[torch.bfloat16], (mode, cfg, dq_cfg, causal, errors)
+
+
+def test_auto_backward_picks_gluon_only_where_it_measured_faster(attn):
+    from reference_impls.attention import kernel
+
+    # deterministic=True: both kernels' gradients are then the same bits on every run.
+    for d, causal in ((128, True), (128, False), (64, True)):
+        q, k, v = _inputs((2, 4, 4, 1024, 1024, d, causal), torch.bfloat16, 5, True)
+        do = torch.randn_like(q)
+        expected = "gluon" if d in kernel.GLUON_BACKWARD_HEAD_DIMS else "triton"
+        grads = {}
+        for which in ("auto", expected):
+            out = attn.attention(q, k, v, causal=causal, deterministic=True, backward=which)
+            grads[which] = torch.autograd.grad(out, (q, k, v), do)
+        for a, b in zip(grads["auto"], grads[expected], strict=True):
+            assert_equal(a, b, bitwise=True)
+
+
+def test_backward_shapes_the_gluon_kernel_does_not_cover_fall_back_to_triton(attn):
+    # Ragged lengths, causal with Nq > Nk, D=64: "auto" runs the Triton backward (same bits
+    # as forcing it, deterministic); forcing Gluon is an error that says why.
+    for shape in (
+        (1, 4, 4, 1000, 1531, 128, True),
+        (1, 4, 4, 1024, 512, 128, True),
+        (1, 4, 4, 1024, 1024, 64, False),
+    ):
+        causal = shape[-1]
+        q, k, v = _inputs(shape, torch.bfloat16, 2, True)
+        do = torch.randn_like(q)
+        grads = {}
+        for which in ("auto", "triton"):
+            out = attn.attention(q, k, v, causal=causal, deterministic=True, backward=which)
+            grads[which] = torch.autograd.grad(out, (q, k, v), do)
+        for a, b in zip(grads["auto"], grads["triton"], strict=True):
+            assert_equal(a, b, bitwise=True)
+        with pytest.raises(ValueError, match="backward='gluon' cannot run this call"):
+            attn.attention(q, k, v, causal=causal, backward="gluon")

@@ -297,3 +297,28 @@ def test_the_gluon_module_imports_without_a_gpu_and_declines_what_it_cannot_run(
     assert not gluon_fwd.supports(q, q, q, causal=False)
     reason = gluon_fwd.unsupported_reason(q, q, q, causal=False)
     assert reason is not None and ("CUDA" in reason or "float16 or bfloat16" in reason)
+
+
+def test_backward_kernel_choice_is_validated_and_never_changes_the_gradients():
+    # Under the interpreter "auto" must take the Triton backward (Gluon does not run here):
+    # the same bits as forcing it; forcing Gluon says why it cannot, before the forward runs.
+    q, k, v = make_qkv(1, 2, 64, 64, 64)
+    do = torch.randn(1, 2, 64, 64, device=DEVICE)
+    grads = {}
+    for which in ("auto", "triton"):
+        out = attention(q, k, v, causal=True, deterministic=True, backward=which)
+        grads[which] = torch.autograd.grad(out, (q, k, v), do)
+    for a, b in zip(grads["auto"], grads["triton"], strict=True):
+        assert_equal(a, b, bitwise=True)
+    with pytest.raises(ValueError, match="backward must be one of auto, triton, gluon, got 'x'"):
+        attention(q, k, v, backward="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="backward='gluon' cannot run this call"):
+        attention(q, k, v, backward="gluon")
+
+
+def test_the_gluon_backward_module_imports_without_a_gpu_and_declines_what_it_cannot_run():
+    from reference_impls.attention import gluon_bwd
+
+    q = _t(1, 2, 128, 128, dtype=torch.float32)
+    reason = gluon_bwd.unsupported_reason(q, q, q, causal=False)
+    assert reason is not None and ("CUDA" in reason or "float16 or bfloat16" in reason)
