@@ -138,7 +138,8 @@ Examples:
 @click.option(
     "--mutants",
     is_flag=True,
-    help="Mutation-test --module (harness mutate) against the NODEIDs' test files twice: "
+    help="Mutation-test --module (harness mutate) against the NODEIDs' test files (without "
+    "NODEIDs: the files of the tests in --records) twice: "
     "with the current bounds and with the proposed ones in force "
     "($HARNESS_TOLERANCE_OVERRIDES), and report the mutants each kills.",
 )
@@ -186,8 +187,8 @@ def propose_command(
     root = Path.cwd()
     if not nodeids and records_path is None:
         raise UsageProblem("give NODEIDs to run, or --records FILE to judge")
-    if not nodeids and (holdout_runs or mutants):
-        raise UsageProblem("--holdout-runs and --mutants run the tests: give their NODEIDs")
+    if not nodeids and holdout_runs:
+        raise UsageProblem("--holdout-runs runs the tests: give their NODEIDs")
     if holdout_path is not None and nodeids and not holdout_runs:
         raise UsageProblem("--holdout-records with NODEIDs needs --holdout-runs N")
     if mutants and module is None:
@@ -250,7 +251,9 @@ def propose_command(
     killed: dict[str, Any] = {}
     if mutants:
         assert module is not None
-        killed = _mutants(root, module, nodeids, overrides, jobs)
+        # Without NODEIDs: the test files of the recorded tests (--records).
+        tests = nodeids or tuple(sorted({str(r["test"]) for r in records}))
+        killed = _mutants(root, module, tests, overrides, jobs)
     if json_path is not None:
         data = {
             "target_failure": target_failure,

@@ -182,6 +182,31 @@ def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(pro
     assert proposed[SITE_NOISE] == {"rtol": 0.0, "atol": noise["proposed_atol"]}
     assert json.loads(out.read_text())["mutants"]["proposed"]["killed"] == 5
 
+    # From a recording alone (no NODEIDs): the recorded tests' files, the same proposals.
+    records = root / "rec.jsonl"
+    records.write_text(
+        "".join(json.dumps({**s, "test": "suites/unit/test_c.py::test_checks"}) + "\n"
+                for s in _fake_noise_records(noise))
+    )  # fmt: skip
+    seen.clear()
+    result = CliRunner().invoke(
+        main,
+        ["tolerances", "propose", "--records", str(records), "--bootstrap", "10", "--mutants",
+         "--module", "m.py"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert [t for _, t, _ in seen] == [["suites/unit/test_c.py"]] * 2
+    assert SITE_NOISE in seen[1][2]
+
+
+def _fake_noise_records(site: dict) -> list[dict]:
+    rng = np.random.default_rng(1)
+    return [
+        {"site": SITE_NOISE, "max_used": float(u), "rtol": 0.0, "atol": 1.0, "seed": i,
+         "kind": "assert_close", "bound": "given"}
+        for i, u in enumerate(rng.uniform(0.0, site["max_used"], 60))
+    ]  # fmt: skip
+
 
 def test_each_repeat_of_a_hypothesis_test_draws_its_own_examples(project, pytester):
     root = project(
