@@ -151,12 +151,14 @@ def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(pro
 
     root = project({"suites/unit/test_c.py": CHECKS})
     monkeypatch.chdir(root)
-    seen = []
+    monkeypatch.delenv("HARNESS_SEED", raising=False)
+    seen, seeds = [], []
 
     def fake_run_module(root_, module, work, *, tests, progress, jobs):
         assert jobs == 2  # --jobs 1: mutmut's own default of 2 workers
         path = os.environ["HARNESS_TOLERANCE_OVERRIDES"]
         seen.append((module, tests, json.loads(Path(path).read_text()) if path else None))
+        seeds.append(os.environ.get("HARNESS_SEED"))
         killed = 5 if path else 4  # a tighter bound kills more
         return mutation.ModuleResult(
             path=module,
@@ -181,6 +183,8 @@ def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(pro
     noise = next(s for s in json.loads(out.read_text())["sites"] if s["site"] == SITE_NOISE)
     assert proposed[SITE_NOISE] == {"rtol": 0.0, "atol": noise["proposed_atol"]}
     assert json.loads(out.read_text())["mutants"]["proposed"]["killed"] == 5
+    # Both passes draw the same inputs (one $HARNESS_SEED: --seed's 0), then it is unset again.
+    assert seeds == ["0", "0"] and "HARNESS_SEED" not in os.environ
 
     # From a recording alone (no NODEIDs): the recorded tests' files, the same proposals.
     records = root / "rec.jsonl"
