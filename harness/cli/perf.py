@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import click
 
 from harness import perf as lib
+from harness.cli.paths import writable_json_path
 
 
 def _root() -> Path:
@@ -58,26 +59,6 @@ def _machine(machine: str | None) -> str:
 
 def _ref(value: str, *, source: str) -> str:
     return lib.check_ref(value, source=source)
-
-
-def _writable_json_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Any:
-    """--json's folder must exist and be writable before any work (exit 2, not a traceback
-    after the gate, which would read as exit 1, "regression")."""
-    if value is None:
-        return None
-    folder = value.parent
-    if not folder.is_dir():
-        raise click.BadParameter(
-            f"{str(value)!r}: folder {str(folder)!r} does not exist; create it first "
-            f"(mkdir -p {folder})",
-            ctx=ctx,
-            param=param,
-        )
-    if not os.access(folder, os.W_OK):
-        raise click.BadParameter(
-            f"{str(value)!r}: folder {str(folder)!r} is not writable", ctx=ctx, param=param
-        )
-    return value
 
 
 machine_option = click.option(
@@ -226,7 +207,7 @@ def run(
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    callback=_writable_json_path,
+    callback=writable_json_path,
     help="Also write the rows as JSON to this file (its folder must exist).",
 )
 @counts_option
@@ -300,7 +281,7 @@ def gate(
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    callback=_writable_json_path,
+    callback=writable_json_path,
     help="Also write the results as JSON to this file (its folder must exist).",
 )
 def gpu_ab(

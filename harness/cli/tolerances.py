@@ -16,6 +16,7 @@ from rich.table import Table
 
 from harness import extras as _extras
 from harness.cli.errors import UsageProblem
+from harness.cli.paths import writable_json_path
 
 console = Console(highlight=False)
 if not console.is_terminal:  # a log or a pipe: wide enough that the table stays readable
@@ -38,10 +39,17 @@ def _target(ctx: click.Context, param: click.Parameter, value: float) -> float:
     name="propose",
     epilog="""\b
 Exit status: 0 the proposals were made (whatever the verdicts), 2 bad input (a node id pytest
-cannot run, a records file that cannot be read, a bad option).
+cannot run, a records file that cannot be read, a --json path that cannot be written, a
+held-out recording that shares seeds with the fit, a bad option).
 Examples:
   harness tolerances propose suites/unit/attention/test_attention_interpreter.py --runs 60
   harness tolerances propose --records reports/tolerances/records.jsonl --write
+  # a held-out check split over processes or machines, then merged:
+  harness tolerances propose NODEID --runs 100 --records fit.jsonl
+  harness tolerances propose NODEID --runs 1 --holdout-runs 500 --seed 1 --holdout-records h1.jsonl
+  harness tolerances propose NODEID --runs 1 --holdout-runs 500 --seed 2 --holdout-records h2.jsonl
+  cat h1.jsonl h2.jsonl > held.jsonl
+  harness tolerances propose --records fit.jsonl --holdout-records held.jsonl
 """,
 )
 @click.argument("nodeids", nargs=-1, metavar="[NODEID]...")
@@ -91,7 +99,9 @@ Examples:
     "json_path",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Write every site's numbers as JSON to this file.",
+    callback=writable_json_path,
+    help="Write every site's numbers as JSON to this file (its folder must exist; checked "
+    "before any work).",
 )
 @click.option(
     "--write",
@@ -104,13 +114,32 @@ Examples:
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="After proposing, run this many fresh seeds and count the runs that "
-    "exceed each proposed bound (the held-out check).",
+    help="After proposing, run this many fresh seeds (the held-out stream of --seed, which "
+    "no --seed's fit stream shares) and count the runs that exceed each proposed bound (the "
+    "held-out check; sites with no proposal: the current bound).",
+)
+@click.option(
+    "--holdout-records",
+    "holdout_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="With NODEIDs and --holdout-runs: where the held-out errors are written (default a "
+    "temporary file). Without NODEIDs: a held-out recording (several merged with cat) to check "
+    "the proposals from --records against, running nothing.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="pytest processes at a time (each with OMP_NUM_THREADS=1 unless set); also "
+    "mutmut's workers with --mutants.",
 )
 @click.option(
     "--mutants",
     is_flag=True,
-    help="Mutation-test --module (harness mutate) against the NODEIDs' test files twice: "
+    help="Mutation-test --module (harness mutate) against the NODEIDs' test files (without "
+    "NODEIDs: the files of the tests in --records) twice: "
     "with the current bounds and with the proposed ones in force "
     "($HARNESS_TOLERANCE_OVERRIDES), and report the mutants each kills.",
 )
@@ -139,6 +168,8 @@ def propose_command(
     json_path: Path | None,
     write: bool,
     holdout_runs: int,
+    holdout_path: Path | None,
+    jobs: int,
     mutants: bool,
     module: str | None,
     overrides_out: Path | None,
@@ -156,8 +187,10 @@ def propose_command(
     root = Path.cwd()
     if not nodeids and records_path is None:
         raise UsageProblem("give NODEIDs to run, or --records FILE to judge")
-    if not nodeids and (holdout_runs or mutants):
-        raise UsageProblem("--holdout-runs and --mutants run the tests: give their NODEIDs")
+    if not nodeids and holdout_runs:
+        raise UsageProblem("--holdout-runs runs the tests: give their NODEIDs")
+    if holdout_path is not None and nodeids and not holdout_runs:
+        raise UsageProblem("--holdout-records with NODEIDs needs --holdout-runs N")
     if mutants and module is None:
         raise UsageProblem("--mutants needs --module PATH, the module the tests check")
     if mutants:
@@ -171,7 +204,7 @@ def propose_command(
                 path = path if path.is_absolute() else root / path
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("")
-                _sweep(root, nodeids, path, runs, per_process, seed, "runs")
+                _sweep(root, nodeids, path, runs, per_process, seed, "runs", jobs=jobs)
             else:
                 assert records_path is not None
                 path = records_path
@@ -182,12 +215,22 @@ def propose_command(
                     "assert_within or golden.check?)"
                 )
             reports = _propose.analyse(records, target_failure, bootstrap=bootstrap, seed=seed)
-            holdout: dict[str, tuple[int, int]] = {}
+            holdout: dict[str, Any] = {}
+            fresh: Path | None = None
             if holdout_runs:
-                fresh = Path(tmp) / "holdout.jsonl"
+                fresh = holdout_path or Path(tmp) / "holdout.jsonl"
+                fresh = fresh if fresh.is_absolute() else root / fresh
+                fresh.parent.mkdir(parents=True, exist_ok=True)
                 fresh.write_text("")
-                _sweep(root, nodeids, fresh, holdout_runs, per_process, seed + 1, "held-out")
-                holdout = _holdout(reports, _propose.load_records(fresh))
+                _sweep(root, nodeids, fresh, holdout_runs, per_process, seed, "held-out", jobs=jobs)
+            elif holdout_path is not None:
+                fresh = holdout_path
+            if fresh is not None:
+                holdout, notes = _propose.holdout_check(
+                    reports, _propose.load_records(fresh), target_failure, fitted=records
+                )
+                for note in notes:
+                    console.print(f"[yellow]held-out: {note}[/]")
         except (_propose.ProposeError, OSError) as exc:
             raise UsageProblem(str(exc)) from None
     _print(reports, target_failure, holdout)
@@ -208,26 +251,40 @@ def propose_command(
     killed: dict[str, Any] = {}
     if mutants:
         assert module is not None
-        killed = _mutants(root, module, nodeids, overrides)
+        # Without NODEIDs: the test files of the recorded tests (--records).
+        tests = nodeids or tuple(sorted({str(r["test"]) for r in records}))
+        killed = _mutants(root, module, tests, overrides, jobs, seed)
     if json_path is not None:
         data = {
             "target_failure": target_failure,
             "mutants": killed,
             "sites": [
-                {**r.to_json(), **({"holdout": list(holdout[r.site])} if r.site in holdout else {})}
+                {
+                    **r.to_json(),
+                    **({"holdout": holdout[r.site].to_json()} if r.site in holdout else {}),
+                }
                 for r in reports
             ],
         }
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(data, indent=2, allow_nan=True) + "\n")
         console.print(f"wrote {json_path}")
 
 
 def _mutants(
-    root: Path, module: str, nodeids: tuple[str, ...], overrides: dict[str, Any]
+    root: Path,
+    module: str,
+    nodeids: tuple[str, ...],
+    overrides: dict[str, Any],
+    jobs: int = 1,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Mutants of ``module`` killed by the NODEIDs' test files under the current bounds and
-    under the proposed ones. A tighter bound must kill at least as many."""
+    under the proposed ones. A tighter bound must kill at least as many.
+
+    Both passes run under one ``$HARNESS_SEED`` (``seed``, unless set): the tests, hypothesis
+    included, draw the same inputs in both, so a mutant killed in one pass and not the other
+    is the bound's doing, not the draw's (with a random seed per pass, 10 of the ring
+    simulation's 286 mutants changed fate both ways between two passes)."""
     from harness import mutation as _mutation
 
     tests = sorted({n.split("::", 1)[0] for n in nodeids})
@@ -235,13 +292,21 @@ def _mutants(
     with tempfile.TemporaryDirectory(prefix="harness-tolerances-mutants-") as tmp:
         file = Path(tmp) / "overrides.json"
         file.write_text(json.dumps(overrides))
+        saved_seed = os.environ.get("HARNESS_SEED")
+        out["harness_seed"] = saved_seed or str(seed)
         for label, env in (("current", ""), ("proposed", str(file))):
             console.rule(f"mutants of {module} with the {label} bounds")
             saved = os.environ.get("HARNESS_TOLERANCE_OVERRIDES")
             os.environ["HARNESS_TOLERANCE_OVERRIDES"] = env
+            os.environ["HARNESS_SEED"] = out["harness_seed"]
             try:
                 result = _mutation.run_module(
-                    root, module, Path(tmp) / label, tests=tests, progress=console.print
+                    root,
+                    module,
+                    Path(tmp) / label,
+                    jobs=max(jobs, 2),
+                    tests=tests,
+                    progress=console.print,
                 )
             except _mutation.MutationError as exc:
                 raise UsageProblem(f"--mutants: {exc}") from None
@@ -250,11 +315,37 @@ def _mutants(
                     os.environ.pop("HARNESS_TOLERANCE_OVERRIDES", None)
                 else:
                     os.environ["HARNESS_TOLERANCE_OVERRIDES"] = saved
-            out[label] = {"killed": result.killed, "total": result.total}
+                if saved_seed is None:
+                    os.environ.pop("HARNESS_SEED", None)
+                else:
+                    os.environ["HARNESS_SEED"] = saved_seed
+            out[label] = {
+                "killed": result.killed,
+                "total": result.total,
+                "survivors": [_survivor(s) for s in result.survivors],
+            }
             console.print(f"{label} bounds: {result.killed} of {result.total} mutants killed")
     if out["proposed"]["killed"] < out["current"]["killed"]:
         console.print("[yellow]the proposed bounds kill fewer mutants: they let more through[/]")
+    current = {s["name"]: s for s in out["current"]["survivors"]}
+    proposed = {s["name"]: s for s in out["proposed"]["survivors"]}
+    # What one bound kills and the other lets through (a looser proposal: what it would let
+    # through; a tighter one: what it catches that the current bound missed).
+    out["only_current_kills"] = [proposed[n] for n in sorted(set(proposed) - set(current))]
+    out["only_proposed_kills"] = [current[n] for n in sorted(set(current) - set(proposed))]
+    for label, which in (("current", "only_current_kills"), ("proposed", "only_proposed_kills")):
+        for s in out[which]:
+            console.print(f"killed by the {label} bounds alone: {s['where']}: {s['change']}")
     return out
+
+
+def _survivor(s: Any) -> dict[str, str]:
+    return {
+        "name": str(s.name),
+        "status": str(getattr(s.status, "value", s.status)),
+        "where": f"{s.path}:{s.line}",
+        "change": f"{s.before.strip()} -> {s.after.strip()}",
+    }
 
 
 def _sweep(
@@ -265,6 +356,8 @@ def _sweep(
     per_process: int,
     seed: int,
     what: str,
+    *,
+    jobs: int = 1,
 ) -> None:
     from harness.tolerances_evidence import propose as _propose
 
@@ -283,6 +376,8 @@ def _sweep(
             runs=runs,
             per_process=per_process,
             seed=seed,
+            holdout=what == "held-out",
+            jobs=jobs,
             on_process=lambda _i, done: bar.update(task, completed=done),
             extra_env={"HARNESS_TOLERANCE_OVERRIDES": ""}
             if os.environ.get("HARNESS_TOLERANCE_OVERRIDES")
@@ -293,19 +388,6 @@ def _sweep(
             f"[yellow]{what}: a test failed under --harness-seed={base} (rerun it to see why: "
             "a check over its bound shows in the table, any other failure does not)[/]"
         )
-
-
-def _holdout(reports: list[Any], fresh: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    """Per fitted site: (runs exceeding the proposed bound, fresh runs). The share of a bound
-    scaled by F used is the share of the current one divided by F, so no rerun is needed per
-    proposal."""
-    out = {}
-    for report in reports:
-        if report.factor is None:
-            continue
-        used = [float(r["max_used"]) for r in fresh if r["site"] == report.site]
-        out[report.site] = (sum(u > report.factor for u in used), len(used))
-    return out
 
 
 def _bound_text(r: Any, rtol: float | None = None, atol: float | None = None) -> str:
@@ -321,7 +403,7 @@ def _bound_text(r: Any, rtol: float | None = None, atol: float | None = None) ->
     return text
 
 
-def _print(reports: list[Any], target: float, holdout: dict[str, tuple[int, int]]) -> None:
+def _print(reports: list[Any], target: float, holdout: dict[str, Any]) -> None:
     table = Table(title=f"proposed bounds at a failure rate of {target:g} per run")
     for col in ("site", "runs", "current bound", "observed max", "proposed", "verdict"):
         table.add_column(col, overflow="fold")
@@ -348,8 +430,10 @@ def _print(reports: list[Any], target: float, holdout: dict[str, tuple[int, int]
         ]
         if holdout:
             if r.site in holdout:
-                bad, n = holdout[r.site]
-                row.append(f"{bad}/{n} over (expected {n * target:.2g})")
+                h = holdout[r.site]
+                text = f"{h.over}/{h.runs} over the {h.bound} bound (expected {h.expected:.2g}"
+                text += f"; p {h.p:.2g})" if h.over else ")"
+                row.append(text)
             else:
                 row.append("-")
         table.add_row(*row)

@@ -24,6 +24,7 @@ process under one base seed each) and :func:`patch_for` writes the unified diff 
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import dataclasses
 import difflib
 import json
@@ -41,14 +42,17 @@ import numpy as np
 from harness.tolerances_evidence import fit as _fit
 
 __all__ = [
+    "Holdout",
     "ProposeError",
     "SiteReport",
     "analyse",
+    "holdout_check",
     "load_records",
     "overrides_for",
     "patch_for",
     "round_up",
     "run_sweep",
+    "sweep_seeds",
 ]
 
 
@@ -262,6 +266,19 @@ def function_ids(nodeids: Sequence[str]) -> list[str]:
     return out
 
 
+HOLDOUT_STREAM = 0x686F6C64
+"""Mixed into ``--seed`` for the held-out sweep's base seeds (``"hold"``), so that no
+``--seed K``'s held-out stream is another ``--seed``'s fit stream: held-out sweeps split over
+processes or machines under distinct seeds never reuse a seed any of them fitted on."""
+
+
+def sweep_seeds(seed: int, processes: int, *, holdout: bool = False) -> list[int]:
+    """The base seeds of a sweep's ``processes`` pytest processes: distinct, drawn from
+    ``seed`` (the fit's stream) or, with ``holdout``, from the held-out stream of ``seed``."""
+    rng = np.random.default_rng([seed, HOLDOUT_STREAM] if holdout else seed)
+    return [int(s) for s in rng.choice(2**32, size=processes, replace=False)]
+
+
 def run_sweep(
     root: Path,
     nodeids: Sequence[str],
@@ -270,27 +287,34 @@ def run_sweep(
     runs: int,
     per_process: int,
     seed: int,
+    holdout: bool = False,
+    jobs: int = 1,
     on_process: Callable[[int, int], None] | None = None,
     extra_env: dict[str, str] | None = None,
     timeout_s: float = 3600,
 ) -> tuple[list[int], list[int]]:
     """Run ``nodeids`` ``runs`` times (``per_process`` per pytest process, each process under
-    its own base seed, drawn from ``seed``), appending their check errors to ``records``.
+    its own base seed from :func:`sweep_seeds`), ``jobs`` processes at a time, appending their
+    check errors to ``records`` (under a lock: the processes share the file).
+
+    The seeds, and so the records, do not depend on ``jobs``, only their order in the file.
+    With ``jobs > 1`` each process gets ``OMP_NUM_THREADS=1`` unless it is set (``jobs``
+    processes each starting a thread per core would oversubscribe the machine).
 
     Returns the base seeds used and those whose pytest reported a failure (exit 1: a check
     over its bound, or any other failure, which the records alone would not show). A process
     that did not run tests (exit status >= 2: usage or collection error, interrupted) raises
-    :class:`ProposeError` with its output's tail.
+    :class:`ProposeError` with its output's tail (the processes already started finish first).
     """
-    rng = np.random.default_rng(seed)
     procs = math.ceil(runs / per_process)
-    seeds = [int(s) for s in rng.choice(2**32, size=procs, replace=False)]
+    seeds = sweep_seeds(seed, procs, holdout=holdout)
+    counts = [min(per_process, runs - i * per_process) for i in range(procs)]
     env = {**os.environ, **(extra_env or {})}
     env.pop("PYTEST_ADDOPTS", None)
-    done = 0
-    failed: list[int] = []
-    for i, base in enumerate(seeds):
-        k = min(per_process, runs - done)
+    if jobs > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")
+
+    def one(base: int, k: int) -> subprocess.CompletedProcess[str]:
         cmd = [
             sys.executable,
             "-m",
@@ -305,23 +329,166 @@ def run_sweep(
             *function_ids(nodeids),
         ]
         try:
-            proc = subprocess.run(
+            return subprocess.run(
                 cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s
             )
         except subprocess.TimeoutExpired:
             raise ProposeError(f"pytest under base seed {base} ran past {timeout_s:g} s") from None
-        if proc.returncode not in (0, 1):
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise ProposeError(
-                f"pytest exited {proc.returncode} under base seed {base} (no tests run, or a "
-                f"usage/collection error):\n{tail}"
+
+    done = 0
+    failed: list[int] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {
+            pool.submit(one, base, k): (base, k) for base, k in zip(seeds, counts, strict=True)
+        }
+        try:
+            for i, future in enumerate(concurrent.futures.as_completed(futures)):
+                base, k = futures[future]
+                proc = future.result()
+                if proc.returncode not in (0, 1):
+                    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+                    raise ProposeError(
+                        f"pytest exited {proc.returncode} under base seed {base} (no tests "
+                        f"run, or a usage/collection error):\n{tail}"
+                    )
+                if proc.returncode == 1:
+                    failed.append(base)
+                done += k
+                if on_process is not None:
+                    on_process(i + 1, done)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    order = {base: i for i, base in enumerate(seeds)}
+    return seeds, sorted(failed, key=order.__getitem__)
+
+
+# --------------------------------------------------------------------------- held-out
+
+
+@dataclasses.dataclass
+class Holdout:
+    """The held-out check of one site: ``over`` of ``runs`` fresh samples exceeded the bound
+    checked (``bound``: ``"proposed"``, the current bound times ``factor``, or ``"current"``
+    where nothing was proposed); ``expected`` = ``runs`` x the target rate and ``p`` the
+    binomial probability of at least ``over`` failures at that rate (small: the bound fails
+    more often than predicted). ``skipped``: fresh samples recorded under a bound that is no
+    multiple of the fitted one (not comparable, not counted)."""
+
+    over: int
+    runs: int
+    bound: str
+    factor: float
+    expected: float
+    p: float
+    skipped: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _sample_key(record: dict[str, Any]) -> tuple[str, str, Any]:
+    return (str(record["test"]), str(record["site"]), record.get("seed"))
+
+
+def holdout_check(
+    reports: Iterable[SiteReport],
+    fresh: Sequence[dict[str, Any]],
+    target: float,
+    *,
+    fitted: Iterable[dict[str, Any]] = (),
+) -> tuple[dict[str, Holdout], list[str]]:
+    """Per site, the fresh samples over its proposed bound (the current one where none was
+    proposed: an exact check must stay exact), and notes about the data.
+
+    The share of a bound scaled by ``F`` used is the current share divided by ``F``, so no
+    rerun is needed per proposal. A fresh sample recorded under another bound than the fit's
+    (the site's bound was changed in between, or records merged from several checkouts) is
+    rescaled where that bound is a multiple of the fit's, else skipped. Samples recorded
+    twice (the same test, site and seed: one file merged twice, or overlapping seed streams)
+    count once, said in the notes; a fresh sample whose seed the fit used is not held out:
+    :class:`ProposeError`.
+    """
+    from scipy.stats import binom
+
+    notes: list[str] = []
+    seen: set[tuple[str, str, Any]] = set()
+    unique = []
+    for record in fresh:
+        key = _sample_key(record)
+        if key[2] is not None and key in seen:
+            continue
+        seen.add(key)
+        unique.append(record)
+    dropped = len(fresh) - len(unique)
+    fresh = unique
+    if dropped:
+        notes.append(
+            f"{dropped} held-out sample(s) recorded twice (the same test, site and seed: a file "
+            "merged twice, or sweeps under the same --seed) counted once"
+        )
+    fit_keys = {_sample_key(r) for r in fitted if r.get("seed") is not None}
+    shared = [r for r in fresh if _sample_key(r) in fit_keys]
+    if shared:
+        raise ProposeError(
+            f"{len(shared)} held-out sample(s) used a seed the fit used (e.g. "
+            f"{shared[0]['test']} under seed {shared[0]['seed']}): not held out; sweep the "
+            "held-out seeds under another --seed"
+        )
+    out: dict[str, Holdout] = {}
+    for report in reports:
+        factor = report.factor if report.factor is not None else 1.0
+        over = runs = skipped = 0
+        for record in fresh:
+            if record["site"] != report.site:
+                continue
+            scale = _bound_scale(report, record)
+            if scale is None:
+                skipped += 1
+                continue
+            runs += 1
+            used = float(record["max_used"])
+            over += bool(used * scale > factor or math.isnan(used))
+        if not runs and not skipped:
+            continue
+        expected = runs * target
+        out[report.site] = Holdout(
+            over=over,
+            runs=runs,
+            bound="proposed" if report.factor is not None else "current",
+            factor=factor,
+            expected=expected,
+            p=float(binom.sf(over - 1, runs, target)) if over else 1.0,
+            skipped=skipped,
+        )
+        if skipped:
+            notes.append(
+                f"{report.site}: {skipped} held-out sample(s) recorded under a bound that is "
+                "no multiple of the fitted one: not counted"
             )
-        if proc.returncode == 1:
-            failed.append(base)
-        done += k
-        if on_process is not None:
-            on_process(i + 1, done)
-    return seeds, failed
+    return out, notes
+
+
+def _bound_scale(report: SiteReport, record: dict[str, Any]) -> float | None:
+    """What a share of ``record``'s bound is in shares of ``report``'s: 1 for the same bound
+    (and for a site whose bound varies from call to call: the share is of each call's own
+    bound, the same formula), the ratio where one is a multiple of the other, None else."""
+    if report.bounds_vary or record.get("bounds_vary"):
+        return 1.0
+    rtol, atol = float(record["rtol"]), float(record["atol"])
+    if (rtol, atol) == (report.rtol, report.atol):
+        return 1.0
+    ratios = set()
+    for mine, theirs in ((report.rtol, rtol), (report.atol, atol)):
+        if mine == 0 or theirs == 0:
+            if mine != theirs:
+                return None
+            continue
+        ratios.add(theirs / mine)
+    if not ratios or max(ratios) > min(ratios) * (1 + 1e-9):
+        return None
+    return min(ratios)
 
 
 # --------------------------------------------------------------------------- --write

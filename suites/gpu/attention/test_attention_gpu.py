@@ -20,7 +20,7 @@ import triton
 from attention_cases import CASES, FWD_TOL, GRAD_TOL
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from harness import assert_equal, rel_error
+from harness import assert_equal, assert_within, rel_error
 
 pytestmark = [
     pytest.mark.skipif(
@@ -79,8 +79,8 @@ def test_output_and_gradients_match_sdpa_math_in_fp32(attn, case, dtype):
         }
     )
     print(f"{case} {dtype}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()))
-    assert errors["out"] <= FWD_TOL[dtype], errors
-    assert max(errors[n] for n in ("dq", "dk", "dv")) <= GRAD_TOL[dtype], errors
+    assert_within(errors["out"], FWD_TOL[dtype], msg=str(errors))
+    assert_within(max(errors[n] for n in ("dq", "dk", "dv")), GRAD_TOL[dtype], msg=str(errors))
 
 
 @pytest.mark.parametrize("d", [32, 256])
@@ -178,9 +178,9 @@ def test_two_pass_backward_matches_sdpa_math_in_fp32(attn, case, dtype):
     grads = torch.autograd.grad(out, (q, k, v), do)
     ref, leaves = sdpa_math_fp32(q, k, v, causal)
     ref.backward(do.float())
-    assert rel_error(out, ref) <= FWD_TOL[dtype]
+    assert_within(rel_error(out, ref), FWD_TOL[dtype])
     for g, r in zip(grads, leaves, strict=True):
-        assert rel_error(g, r.grad) <= GRAD_TOL[dtype]
+        assert_within(rel_error(g, r.grad), GRAD_TOL[dtype])
 
 
 def test_forward_and_backward_are_bitwise_deterministic(attn):

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -150,11 +151,14 @@ def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(pro
 
     root = project({"suites/unit/test_c.py": CHECKS})
     monkeypatch.chdir(root)
-    seen = []
+    monkeypatch.delenv("HARNESS_SEED", raising=False)
+    seen, seeds = [], []
 
-    def fake_run_module(root_, module, work, *, tests, progress):
+    def fake_run_module(root_, module, work, *, tests, progress, jobs):
+        assert jobs == 2  # --jobs 1: mutmut's own default of 2 workers
         path = os.environ["HARNESS_TOLERANCE_OVERRIDES"]
         seen.append((module, tests, json.loads(Path(path).read_text()) if path else None))
+        seeds.append(os.environ.get("HARNESS_SEED"))
         killed = 5 if path else 4  # a tighter bound kills more
         return mutation.ModuleResult(
             path=module,
@@ -179,6 +183,33 @@ def test_mutants_run_once_with_the_current_bounds_and_once_with_the_proposed(pro
     noise = next(s for s in json.loads(out.read_text())["sites"] if s["site"] == SITE_NOISE)
     assert proposed[SITE_NOISE] == {"rtol": 0.0, "atol": noise["proposed_atol"]}
     assert json.loads(out.read_text())["mutants"]["proposed"]["killed"] == 5
+    # Both passes draw the same inputs (one $HARNESS_SEED: --seed's 0), then it is unset again.
+    assert seeds == ["0", "0"] and "HARNESS_SEED" not in os.environ
+
+    # From a recording alone (no NODEIDs): the recorded tests' files, the same proposals.
+    records = root / "rec.jsonl"
+    records.write_text(
+        "".join(json.dumps({**s, "test": "suites/unit/test_c.py::test_checks"}) + "\n"
+                for s in _fake_noise_records(noise))
+    )  # fmt: skip
+    seen.clear()
+    result = CliRunner().invoke(
+        main,
+        ["tolerances", "propose", "--records", str(records), "--bootstrap", "10", "--mutants",
+         "--module", "m.py"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert [t for _, t, _ in seen] == [["suites/unit/test_c.py"]] * 2
+    assert SITE_NOISE in seen[1][2]
+
+
+def _fake_noise_records(site: dict) -> list[dict]:
+    rng = np.random.default_rng(1)
+    return [
+        {"site": SITE_NOISE, "max_used": float(u), "rtol": 0.0, "atol": 1.0, "seed": i,
+         "kind": "assert_close", "bound": "given"}
+        for i, u in enumerate(rng.uniform(0.0, site["max_used"], 60))
+    ]  # fmt: skip
 
 
 def test_each_repeat_of_a_hypothesis_test_draws_its_own_examples(project, pytester):
@@ -211,3 +242,143 @@ def test_a_sweep_names_the_seeds_under_which_a_test_failed(project, monkeypatch)
     assert result.exit_code == 2  # nothing recorded: a usage error, after the warning
     assert "a test failed under --harness-seed=" in result.output
     assert "no check was recorded" in result.output
+
+
+def test_a_sweep_split_over_jobs_records_the_same_samples(project, monkeypatch):
+    from harness.tolerances_evidence import propose
+
+    root = project({"suites/unit/test_c.py": CHECKS})
+    monkeypatch.chdir(root)
+    runs: dict[int, list] = {}
+    for jobs in (1, 2):
+        path = root / f"rec{jobs}.jsonl"
+        seeds, failed = propose.run_sweep(
+            root, ["suites/unit/test_c.py::test_checks"], path,
+            runs=4, per_process=2, seed=5, jobs=jobs,
+        )  # fmt: skip
+        assert len(seeds) == 2 and failed == []
+        runs[jobs] = sorted((r["seed"], r["site"], r["max_used"]) for r in _records(path))
+    assert len(runs[1]) == 16 and runs[1] == runs[2]  # 4 runs x 4 sites, whatever the jobs
+
+
+def test_held_out_seeds_are_no_fit_seeds_of_any_seed():
+    from harness.tolerances_evidence import propose
+
+    fit = {s for k in range(4) for s in propose.sweep_seeds(k, 50)}
+    held = [s for k in range(4) for s in propose.sweep_seeds(k, 50, holdout=True)]
+    assert len(set(held)) == 200 and not fit & set(held)
+    assert propose.sweep_seeds(3, 5) == propose.sweep_seeds(3, 5)  # reproducible
+
+
+def test_a_held_out_check_split_over_processes_is_merged_and_judged(project, monkeypatch):
+    root = project({"suites/unit/test_c.py": CHECKS})
+    monkeypatch.chdir(root)
+    node = "suites/unit/test_c.py::test_checks"
+    common = ["--per-process", "20", "--bootstrap", "10"]
+    fit = CliRunner().invoke(
+        main, ["tolerances", "propose", node, "--runs", "40", "--records", "fit.jsonl", *common]
+    )
+    assert fit.exit_code == 0, fit.output
+    for k in (1, 2):  # two held-out sweeps under distinct seeds, as on two machines
+        result = CliRunner().invoke(
+            main,
+            ["tolerances", "propose", node, "--runs", "1", "--holdout-runs", "20",
+             "--seed", str(k), "--holdout-records", f"h{k}.jsonl", *common],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+    held = root / "held.jsonl"
+    held.write_text((root / "h1.jsonl").read_text() + (root / "h2.jsonl").read_text())
+    result = CliRunner().invoke(
+        main,
+        ["tolerances", "propose", "--records", "fit.jsonl", "--holdout-records", "held.jsonl",
+         "--bootstrap", "10", "--json", "p.json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    sites = {s["site"]: s for s in json.loads((root / "p.json").read_text())["sites"]}
+    noise = sites[SITE_NOISE]["holdout"]
+    assert (noise["runs"], noise["bound"], noise["over"]) == (40, "proposed", 0)
+    assert noise["expected"] == pytest.approx(40 * 1e-4)
+    # No proposal (an exact check): the held-out runs are checked against the current bound.
+    assert sites[SITE_EXACT]["holdout"]["bound"] == "current"
+    assert sites[SITE_EXACT]["holdout"]["over"] == 0
+
+    # The same file twice: each sample counts once, said; the fit's own records: refused.
+    held.write_text(held.read_text() * 2)
+    again = CliRunner().invoke(
+        main, ["tolerances", "propose", "--records", "fit.jsonl", "--holdout-records",
+               "held.jsonl", "--bootstrap", "10", "--json", "p.json"],
+    )  # fmt: skip
+    assert again.exit_code == 0 and "recorded twice" in again.output
+    assert all(
+        s["holdout"]["runs"] == 40 for s in json.loads((root / "p.json").read_text())["sites"]
+    )
+    same = CliRunner().invoke(
+        main,
+        ["tolerances", "propose", "--records", "fit.jsonl", "--holdout-records", "fit.jsonl"],
+    )
+    assert same.exit_code == 2 and "not held out" in same.output
+
+
+def test_a_held_out_sample_under_a_changed_bound_is_rescaled():
+    from harness.tolerances_evidence import propose
+
+    rng = np.random.default_rng(0)
+    fit = [
+        {"test": "t.py::test_a", "site": "t.py:3", "max_used": float(u), "rtol": 1e-5,
+         "atol": 1e-5, "kind": "assert_close", "bound": "given", "seed": i}
+        for i, u in enumerate(rng.uniform(0.0, 0.1, 200))
+    ]  # fmt: skip
+    (report,) = propose.analyse(fit, 1e-4, bootstrap=10)
+    assert report.factor is not None and report.factor < 0.2
+    # Recorded after the bound was halved: 1.5 F of 5e-6 is 0.75 F of 1e-5 (within).
+    fresh = [
+        {**fit[0], "seed": 1000, "max_used": 1.5 * report.factor, "rtol": 5e-6, "atol": 5e-6},
+        {**fit[0], "seed": 1001, "max_used": 2 * report.factor + 0.1, "rtol": 5e-6,
+         "atol": 5e-6},
+        {**fit[0], "seed": 1002, "max_used": 0.01, "rtol": 1e-5, "atol": 0.0},
+    ]  # fmt: skip
+    out, notes = propose.holdout_check([report], fresh, 1e-4, fitted=fit)
+    h = out["t.py:3"]
+    assert (h.over, h.runs, h.skipped) == (1, 2, 1)
+    assert notes and "no multiple" in notes[0]
+    assert 0 < h.p < 1e-3  # one failure in 2 runs at 1e-4 is far more than predicted
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--json", "no/such/folder/p.json"], "does not exist"),
+        (["--json", "."], "is a directory"),
+        (["--holdout-records", "h.jsonl"], "needs --holdout-runs"),
+    ],
+)
+def test_propose_checks_its_output_paths_before_any_work(project, monkeypatch, extra, message):
+    root = project({"suites/unit/test_f.py": "def test_f():\n    assert False, 'ran'\n"})
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(
+        main, ["tolerances", "propose", "suites/unit/test_f.py::test_f", "--runs", "1", *extra]
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "a test failed" not in result.output  # refused before the sweep
+
+
+def test_a_json_path_that_cannot_be_written_is_refused_naming_it(tmp_path):
+    import click
+
+    from harness.cli.paths import writable_json_path
+
+    ctx = click.Context(click.Command("c"))
+    param = click.Option(["--json"])
+    assert writable_json_path(ctx, param, None) is None
+    assert writable_json_path(ctx, param, tmp_path / "new.json") == tmp_path / "new.json"
+    with pytest.raises(click.BadParameter, match="a folder"):
+        writable_json_path(ctx, param, tmp_path)
+    with pytest.raises(click.BadParameter, match="missing.*does not exist"):
+        writable_json_path(ctx, param, tmp_path / "missing" / "p.json")
+    locked = tmp_path / "locked.json"
+    locked.write_text("{}")
+    locked.chmod(0o444)
+    if not os.access(locked, os.W_OK):  # as root every file is writable
+        with pytest.raises(click.BadParameter, match="locked.json.*not writable"):
+            writable_json_path(ctx, param, locked)
