@@ -7,6 +7,7 @@ failing test with the same base seed gives it the same seed it had in the full r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -164,8 +165,12 @@ def on_hypothesis_import() -> None:
 def hypothesis_hook_installed() -> bool:
     """Whether hypothesis will call :func:`on_hypothesis_import` when it is imported: the
     package's entry point is installed and ``$HYPOTHESIS_NO_PLUGINS`` does not turn it off."""
-    if os.environ.get("HYPOTHESIS_NO_PLUGINS"):
-        return False
+    return not os.environ.get("HYPOTHESIS_NO_PLUGINS") and _entry_point_installed()
+
+
+@functools.cache
+def _entry_point_installed() -> bool:
+    """Scanned once per process (the plugin asks at addoption and at configure)."""
     from importlib.metadata import entry_points
 
     return any(ep.value == HYPOTHESIS_ENTRY_POINT for ep in entry_points(group="hypothesis"))
