@@ -9,6 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from harness import impact as _impact
 from harness import layout as _layout
 from harness import selection as _selection
 
@@ -70,9 +71,21 @@ def default_base_refs(root: Path) -> list[str]:
     return [r for r in dict.fromkeys([*refs, *DEFAULT_BASE_REFS]) if _resolves(root, r)]
 
 
-def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
+def load_impact(root: Path, path: Path | None) -> _impact.ImpactMap | None:
+    """The impact map at ``path``, else at the repository's default place if one is there
+    (None: no map). Raises ImpactError for one that cannot be read, naming it."""
+    if path is None:
+        path = root / _impact.DEFAULT_MAP
+        if not path.exists():
+            return None
+    return _impact.ImpactMap.load(path)
+
+
+def plan(root: Path, *, base_ref: str | None, workers: str, impact_map: Path | None = None) -> Plan:
     """Select from the change since ``base_ref`` (default: the first of DEFAULT_BASE_REFS that
-    exists); fall back to the full run, saying why, when there is no base to compare with."""
+    exists); fall back to the full run, saying why, when there is no base to compare with.
+    ``impact_map``: a recorded map (default: ``.harness/impact.json`` when there is one) that
+    narrows changes inside function bodies (harness.impact)."""
     # git names changed files from the top of the work tree: the graph must start there too.
     top = subprocess.run(
         ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True
@@ -114,7 +127,8 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
         layout = _layout.read(root)
     except _layout.LayoutError as exc:
         raise _selection.SelectionError(str(exc)) from None
-    sel = _selection.select(root, changed, base=base, layout=layout)
+    impact = load_impact(root, impact_map)
+    sel = _selection.select(root, changed, base=base, layout=layout, impact=impact)
     xdist = xdist_args(workers)
     note = f"pull-request mode: {len(changed)} file(s) changed since {refs[0]} ({base[:10]}); "
     if sel.everything:
@@ -124,6 +138,8 @@ def plan(root: Path, *, base_ref: str | None, workers: str) -> Plan:
             note=note + sel.reason + ": every test",
             base_ref=refs[0],
         )
+    if sel.impact:
+        note += " [impact map: " + "; ".join(sel.impact) + "] "
     bench = _selection.bench_regex(sel.benchmarks)
     return Plan(
         selection=sel,
@@ -147,6 +163,7 @@ def write(plan_: Plan, path: Path) -> None:
         "everything": sel.everything if sel else True,
         "tests": list(sel.tests) if sel else [],
         "benchmarks": list(sel.benchmarks) if sel else [],
+        "impact": list(sel.impact) if sel else [],
         "base_ref": plan_.base_ref,
         "bench_regex": plan_.bench,
         "pytest_args": list(plan_.pytest_args),

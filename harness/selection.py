@@ -57,6 +57,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from harness import layout as _layout
+from harness.impact import ImpactMap
 
 __all__ = [
     "ALWAYS_EVERYTHING",
@@ -95,7 +96,7 @@ PLUGIN_ENTRY = "harness.plugin"
 """The plugin's entry module. Besides the tests that import it, every file that runs pytest
 itself depends on it (:func:`_runs_pytest`): a pytester test, a ``python -m pytest`` child."""
 
-_NO_TESTS = ("docs/",)
+_NO_TESTS = ("docs/", ".harness/")  # documentation; the harness's own state (impact map)
 _SKIP_DIRS = {".git", ".venv", "venv", ".asv", "reports", "mutants", "node_modules", "build"}
 
 
@@ -121,6 +122,9 @@ class Selection:
     benchmarks: tuple[str, ...] = ()
     """asv benchmark files (``bench_collectives``, ...) the change reaches; all when
     ``everything``."""
+    impact: tuple[str, ...] = ()
+    """Per changed module, what the impact map (harness.impact) said: the functions changed
+    and the test files that ran them, or why the import graph selected for it instead."""
 
 
 def _git(root: Path, *args: str) -> str:
@@ -384,6 +388,10 @@ class ImportGraph:
         """Every module that reaches one of ``changed``."""
         return _reverse_closure(self.imports, changed)
 
+    def declares_runs_pytest(self, module: str) -> bool:
+        """Whether the module says ``RUNS_PYTEST = True`` (see :func:`_runs_pytest`)."""
+        return _declares_runs_pytest(self._trees.get(module))
+
 
 def _reverse_closure(imports: Mapping[str, set[str]], changed: Iterable[str]) -> set[str]:
     importers: dict[str, set[str]] = defaultdict(set)
@@ -420,6 +428,19 @@ def _everything_reason(path: str) -> str | None:
     return None
 
 
+def _declares_runs_pytest(tree: ast.Module | None) -> bool:
+    """Whether a file says ``RUNS_PYTEST = True`` at module level: it runs the harness in a
+    way no import shows (a workflow under act, on a copy of the repository), which neither
+    the import graph nor a coverage recording (harness.impact) can follow."""
+    return tree is not None and any(
+        isinstance(stmt, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "RUNS_PYTEST" for t in stmt.targets)
+        and isinstance(stmt.value, ast.Constant)
+        and stmt.value.value is True
+        for stmt in tree.body
+    )
+
+
 def _runs_pytest(tree: ast.Module | None, fixtures: set[str]) -> bool:
     """Whether a file runs pytest itself, and so the plugin, which no import of it names: it
     takes one of ``fixtures`` (``pytester``, or a conftest fixture built on it) as a parameter,
@@ -432,14 +453,8 @@ def _runs_pytest(tree: ast.Module | None, fixtures: set[str]) -> bool:
     steps run ``harness``) says so with a module-level ``RUNS_PYTEST = True``."""
     if tree is None:
         return False
-    for stmt in tree.body:
-        if (
-            isinstance(stmt, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "RUNS_PYTEST" for t in stmt.targets)
-            and isinstance(stmt.value, ast.Constant)
-            and stmt.value.value is True
-        ):
-            return True
+    if _declares_runs_pytest(tree):
+        return True
     for node in ast.walk(tree):
         if isinstance(node, ast.List | ast.Tuple) and any(
             isinstance(e, ast.Constant) and e.value == "pytest" for e in node.elts
@@ -506,8 +521,28 @@ def _plugin_edges(graph: ImportGraph, imports: Mapping[str, set[str]]) -> None:
             imports[module].add(PLUGIN_ENTRY)
 
 
+def _base_source(root: Path, base: str, rel: str) -> str | None:
+    """``rel`` as it is in commit ``base`` (None: not there)."""
+    proc = subprocess.run(
+        ["git", "show", f"{base}:{rel}"], cwd=root, capture_output=True, check=False, timeout=60
+    )
+    return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
+
+
+def _head_source(root: Path, rel: str) -> str | None:
+    try:
+        return (root / rel).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 def select(
-    root: Path, changed: Iterable[str], *, base: str = "", layout: _layout.Layout | None = None
+    root: Path,
+    changed: Iterable[str],
+    *,
+    base: str = "",
+    layout: _layout.Layout | None = None,
+    impact: ImpactMap | None = None,
 ) -> Selection:
     """The tests and benchmarks that ``changed`` (repository-relative paths) can affect.
 
@@ -515,6 +550,11 @@ def select(
     configuration files under ``root``, harness.layout). A changed Python module that no
     test file reaches selects everything, saying so: an empty selection would pass a change
     that nothing checked (benchmark files and documentation excepted).
+
+    ``impact``: a recorded impact map (harness.impact). Where it was recorded at ``base``
+    and a module's change lies inside function bodies that recorded tests ran, that
+    module's tests are the test files that ran them (plus those declaring ``RUNS_PYTEST``
+    that reach it) instead of every test file its importers reach.
     """
     changed = tuple(sorted(set(changed)))
     layout = layout or _layout.read(root)
@@ -528,6 +568,7 @@ def select(
     graph = ImportGraph(root)
     modules_by_path = {rel: name for name, rel in graph.files.items()}
     touched: set[str] = set()  # module names
+    code_touched: dict[str, str] = {}  # module name -> path, for a changed .py file
     data_touched: set[str] = set()  # modules of a package whose data file changed
     direct_tests: set[str] = set()
     unplaced: list[str] = []
@@ -548,6 +589,7 @@ def select(
             name = modules_by_path.get(path) or _module_name(posix)
             if name.split(".")[0] in graph.tops:
                 touched.add(name)
+                code_touched[name] = path
                 continue
         else:
             # A data file inside a package: a change to that package.
@@ -583,13 +625,38 @@ def select(
             reason=f"{unplaced[0]} changed, and no import reaches it: every test may depend on it",
             benchmarks=("*",),
         )
-    reached = graph.reverse_closure(touched)
+    narrowed: dict[str, frozenset[str]] = {}
+    notes: list[str] = []
+    if impact is not None and code_touched:
+        unusable = impact.usable_for(base)
+        if unusable:
+            notes.append(f"{unusable}: the import graph selects")
+        for module, rel in sorted(code_touched.items()) if not unusable else ():
+            if layout.is_test_file(rel) or module in data_touched:
+                continue
+            hit = impact.module(rel, _base_source(root, base, rel), _head_source(root, rel))
+            if hit.tests is None:
+                notes.append(f"{hit.reason}: the import graph selects")
+                continue
+            narrowed[module] = hit.tests
+            notes.append(f"{hit.reason}: run by {len(hit.tests)} test file(s)")
+    reached = graph.reverse_closure(touched - narrowed.keys())
     tests = {
         graph.files[m] for m in reached if m in graph.files and layout.is_test_file(graph.files[m])
     }
+    for module, ran in narrowed.items():
+        tests |= {t for t in ran if (root / t).is_file()}
+        # What the recording cannot see into: act runs a copy of the repository.
+        tests |= {
+            graph.files[m]
+            for m in graph.reverse_closure({module})
+            if m in graph.files
+            and layout.is_test_file(graph.files[m])
+            and graph.declares_runs_pytest(m)
+        }
     # A changed module that reaches no test file is tested by nothing the selection runs:
     # selecting nothing for it would pass whatever it does, so everything runs instead.
-    for module in sorted(touched):
+    for module in sorted(touched - narrowed.keys()):
         rel = graph.files.get(module, "")
         if rel and is_bench(rel):
             continue  # benchmark code: the perf step times it, no test imports it
@@ -623,6 +690,8 @@ def select(
         if changed
         else "no file changed since the base: nothing to test"
     )
+    if narrowed:
+        reason += f" ({len(narrowed)} module(s) narrowed by the impact map)"
     return Selection(
         base=base,
         changed=changed,
@@ -630,6 +699,7 @@ def select(
         reason=reason,
         tests=tuple(sorted(tests)),
         benchmarks=tuple(benches),
+        impact=tuple(notes),
     )
 
 

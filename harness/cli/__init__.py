@@ -28,6 +28,7 @@ def _register() -> None:
         env,
         flaky,
         history,
+        impact,
         init,
         mutate,
         perf,
@@ -49,6 +50,7 @@ def _register() -> None:
     main.add_command(init.init_command)
     main.add_command(history.history)
     main.add_command(tolerances.tolerances)
+    main.add_command(impact.impact)
 
 
 _register()

@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from harness import extras as _extras
+from harness import impact as _impact
 from harness import layout as _layout
 from harness import pipeline, seeding
 from harness import prmode as _prmode
@@ -323,6 +324,14 @@ REPORT_DIR/selection.json and docs/harness.md.
     show_default=True,
     help="pytest-xdist workers, in either mode (0: no xdist).",
 )
+@click.option(
+    "--impact-map",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="A test-impact map (`harness impact record`) that narrows a change inside function "
+    "bodies to the test files that ran them, when recorded at the base (default: "
+    ".harness/impact.json if present).",
+)
 def ci_command(
     report_dir: Path,
     tiers: str | None,
@@ -332,6 +341,7 @@ def ci_command(
     pr_mode: bool,
     changed_since: str | None,
     workers: str,
+    impact_map: Path | None,
 ) -> None:
     """The main job: the same pipeline the GitHub workflow runs, locally.
 
@@ -352,9 +362,13 @@ def ci_command(
         )
         if pr_mode:
             try:
-                plan = _prmode.plan(Path.cwd(), base_ref=changed_since, workers=workers)
+                plan = _prmode.plan(
+                    Path.cwd(), base_ref=changed_since, workers=workers, impact_map=impact_map
+                )
             except _selection.SelectionError as exc:
                 raise UsageProblem(f"--changed-since: {exc}") from None
+            except _impact.ImpactError as exc:
+                raise UsageProblem(f"--impact-map: {exc}") from None
     except UsageProblem as exc:
         aborted(f"usage error, nothing ran: {exc.message}")
         raise

@@ -1,0 +1,339 @@
+"""Test-impact selection: which test files ran which functions, recorded from per-test coverage.
+
+Pull-request mode selects test files on the import graph (:mod:`harness.selection`): a change
+to a module runs every test file whose imports reach it. For a module that the plugin or the
+CLI imports (``harness/tolerances.py``, ``harness/quarantine.py``) that is most of the suite,
+because every test that runs pytest on a project of its own reaches it. An **impact map**
+narrows such a change to the test files that actually ran the changed code:
+
+- ``harness impact record`` runs the suite once with coverage.py in every Python process the
+  tests start (the pytest workers and their subprocesses, through coverage's own start-up
+  hook, ``COVERAGE_PROCESS_START``), each line labelled with the test that ran it
+  (:mod:`harness.impact.recorder` switches coverage's context per test and hands the test's
+  id to subprocesses in :data:`CONTEXT_ENV`). The lines are folded into **units**: the
+  functions and methods defined at module or class level (a nested function belongs to the
+  unit around it). The map says, per project file and unit, which test files ran it, and
+  whether code outside any test ran it (collection, a session-wide fixture, teardown:
+  *ambient*).
+- A change then selects on the map only where that is sound (:func:`changed_units`): every
+  difference between the base and the head is inside the bodies of existing units (the
+  module's other code, signatures, decorators, the set of units all equal, compared on the
+  syntax tree, so comments and blank lines count for nothing), each changed unit was run by
+  at least one test, and none of them ambiently. The module's selected test files are then
+  the files that ran a changed unit, plus the files the import graph reaches that the
+  recording cannot see into (those declaring ``RUNS_PYTEST``: act runs a copy of the
+  repository). Anything else falls back to the import graph for that module, saying why.
+- The map is used only when it was recorded at the base commit of the change, from a clean
+  tree: otherwise a test whose path to the changed code appeared after the recording would
+  be missed. CI records it on the main branch's full run and hands it to pull requests
+  (docs/harness.md, "Test-impact selection").
+
+What it cannot see, and why the full tiers still run on every push: code run by a process
+that coverage does not measure (killed before it saved its data, started with a cleared
+environment, or running a copy of the project outside the repository), and background
+threads that outlive their test (their lines go to the test running then).
+
+Nothing here imports pytest; coverage.py is imported only to record and to build a map.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+import subprocess
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CONTEXT_ENV",
+    "DEFAULT_MAP",
+    "ImpactError",
+    "ImpactMap",
+    "build",
+    "changed_units",
+    "rcfile_text",
+    "units",
+]
+
+CONTEXT_ENV = "HARNESS_IMPACT_TEST"
+"""The running test's node id, for the subprocesses it starts (their coverage context)."""
+
+DEFAULT_MAP = Path(".harness") / "impact.json"
+"""Where ``harness impact record`` writes the map and ``harness ci`` looks for it."""
+
+MAP_VERSION = 1
+
+_SKIP_DIRS = (".venv", "venv", ".git", ".asv", ".harness", "reports", "mutants", "build")
+
+
+class ImpactError(RuntimeError):
+    """A map that cannot be read or built (the message names the file and the reason)."""
+
+
+# --------------------------------------------------------------------------- units
+
+
+def _unit_defs(tree: ast.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(unit name, def) for each function or method at module or class level, in source
+    order. A name defined twice in one scope (a property's getter and setter) gets ``#2``."""
+    found: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
+    seen: dict[str, int] = defaultdict(int)
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = prefix + stmt.name
+                seen[name] += 1
+                found.append((name if seen[name] == 1 else f"{name}#{seen[name]}", stmt))
+            elif isinstance(stmt, ast.ClassDef):
+                walk(stmt.body, f"{prefix}{stmt.name}.")
+
+    walk(tree.body, "")
+    return found
+
+
+def units(source: str) -> dict[str, tuple[int, int]]:
+    """Each unit's body lines ``(first, last)`` in ``source`` (the ``def`` line, decorators
+    and defaults run at import time, so they are the module's, not the unit's)."""
+    tree = ast.parse(source)
+    spans: dict[str, tuple[int, int]] = {}
+    for name, fn in _unit_defs(tree):
+        last = fn.end_lineno or fn.body[-1].lineno
+        spans[name] = (fn.body[0].lineno, last)
+    return spans
+
+
+def _split(source: str) -> tuple[str, dict[str, str]]:
+    """The module with every unit's body emptied, and each unit's body, as syntax-tree dumps
+    (no line numbers: code that only moved compares equal)."""
+    tree = ast.parse(source)
+    bodies = {
+        name: ast.dump(ast.Module(body=fn.body, type_ignores=[])) for name, fn in _unit_defs(tree)
+    }
+    skeleton = copy.deepcopy(tree)
+    for _, fn in _unit_defs(skeleton):
+        fn.body = [ast.Pass()]
+    return ast.dump(skeleton), bodies
+
+
+def changed_units(old: str, new: str) -> set[str] | None:
+    """The units whose bodies differ between two versions of a module; None when anything
+    else differs (module-level code, a signature, a decorator, a unit added or removed) or a
+    version does not parse: such a change can reach whoever imports the module."""
+    try:
+        old_skeleton, old_bodies = _split(old)
+        new_skeleton, new_bodies = _split(new)
+    except (SyntaxError, ValueError):
+        return None
+    if old_skeleton != new_skeleton:
+        return None
+    return {name for name, body in old_bodies.items() if new_bodies.get(name) != body}
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def rcfile_text(root: Path, data_file: Path) -> str:
+    """coverage.py's configuration for a recording run: every Python file under ``root``
+    except the virtual environment, each process's data in its own file beside
+    ``data_file``, the static context taken from :data:`CONTEXT_ENV` (empty in the pytest
+    workers, which switch it per test; the test's id in the subprocesses a test starts), and
+    the data saved by processes that leave through ``os._exit`` or ``exec`` or fork."""
+    omit = ",\n    ".join(f"{root / d}/*" for d in _SKIP_DIRS)
+    return (
+        "[run]\n"
+        f"data_file = {data_file}\n"
+        "parallel = True\n"
+        f"source = {root}\n"
+        f"omit =\n    {omit}\n    */site-packages/*\n"
+        f"context = ${{{CONTEXT_ENV}}}\n"
+        "patch =\n    _exit\n    execv\n    fork\n"
+        "disable_warnings =\n    no-data-collected\n    module-not-measured\n"
+        "    couldnt-parse\n    no-ctracer\n"
+    )
+
+
+def _test_file(context: str) -> str:
+    """The test file of a context label (a node id; ``static|dynamic`` when a pytest worker
+    under coverage was itself started by a test, which recording does not do)."""
+    return context.split("::", 1)[0].rsplit("|", 1)[-1]
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def build(root: Path, data_dir: Path) -> dict[str, Any]:
+    """Combine a recording's coverage data files (``data_dir/cov.*``) into a map:
+    ``{"files": {rel: {"sha256": ..., "units": {unit: {"tests": [...], "ambient": bool}}}}}``
+    plus the commit, whether the tree was clean, and every test file that ran code."""
+    from coverage import Coverage
+    from coverage.exceptions import CoverageException
+
+    root = root.resolve()
+    data_file = data_dir / "cov"
+    cov = Coverage(data_file=str(data_file), config_file=False)
+    try:
+        cov.combine([str(data_dir)], keep=False)
+    except CoverageException as exc:
+        raise ImpactError(f"{data_dir}: no coverage data to combine ({exc})") from None
+    data = cov.get_data()
+    files: dict[str, Any] = {}
+    seen_tests: set[str] = set()
+    for measured in sorted(data.measured_files()):
+        path = Path(measured)
+        try:
+            rel = path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue  # a project a test wrote under /tmp: not this repository's code
+        if path.suffix != ".py" or not path.is_file():
+            continue
+        source = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            spans = units(source)
+        except (SyntaxError, ValueError):
+            continue
+        by_line = data.contexts_by_lineno(measured)
+        entry: dict[str, Any] = {}
+        for name, (first, last) in spans.items():
+            tests: set[str] = set()
+            ambient = False
+            for line in range(first, last + 1):
+                for context in by_line.get(line, ()):
+                    if context:
+                        tests.add(_test_file(context))
+                    else:
+                        ambient = True
+            if tests or ambient:
+                entry[name] = {"tests": sorted(tests), "ambient": ambient}
+            seen_tests |= tests
+        files[rel] = {"sha256": _sha256(source), "units": entry}
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return {
+        "version": MAP_VERSION,
+        "commit": _git(root, "rev-parse", "HEAD"),
+        "clean": not any(line.endswith(".py") for line in status.splitlines()),
+        "recorded": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "test_files": sorted(seen_tests),
+        "files": files,
+    }
+
+
+# --------------------------------------------------------------------------- using a map
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleImpact:
+    """What the map says about one changed module: the test files to run, or why not."""
+
+    tests: frozenset[str] | None
+    """None: the map cannot narrow this change (``reason`` says why)."""
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ImpactMap:
+    """A recorded map (see :func:`build` for its shape)."""
+
+    path: Path
+    commit: str
+    clean: bool
+    recorded: str
+    test_files: frozenset[str]
+    files: Mapping[str, Any]
+
+    @classmethod
+    def load(cls, path: Path) -> ImpactMap:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ImpactError(f"{path}: cannot read the impact map ({exc.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ImpactError(f"{path}: not an impact map (invalid JSON: {exc})") from None
+        if not isinstance(raw, dict) or raw.get("version") != MAP_VERSION:
+            found = raw.get("version") if isinstance(raw, dict) else type(raw).__name__
+            raise ImpactError(
+                f"{path}: not an impact map of version {MAP_VERSION} (found {found!r}); "
+                "record it again with `harness impact record`"
+            )
+        try:
+            files = raw["files"]
+            for rel, entry in files.items():
+                if not isinstance(entry["sha256"], str) or not isinstance(entry["units"], dict):
+                    raise TypeError(rel)
+            return cls(
+                path=path,
+                commit=str(raw["commit"]),
+                clean=bool(raw["clean"]),
+                recorded=str(raw["recorded"]),
+                test_files=frozenset(map(str, raw["test_files"])),
+                files=files,
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ImpactError(f"{path}: a damaged impact map (at {exc})") from None
+
+    def usable_for(self, base: str) -> str | None:
+        """None when the map may select for a change from ``base``; else why not."""
+        if not self.clean:
+            return f"the impact map {self.path} was recorded from a tree with uncommitted changes"
+        if not self.commit or self.commit != base:
+            return (
+                f"the impact map {self.path} was recorded at {self.commit[:10] or 'no commit'}, "
+                f"not at the base {base[:10]}"
+            )
+        return None
+
+    def module(self, rel: str, old: str | None, new: str | None) -> ModuleImpact:
+        """The test files that ran the code ``rel`` changes from ``old`` to ``new``."""
+        entry = self.files.get(rel)
+        if entry is None or old is None or new is None:
+            what = "added or deleted" if entry is not None else "not run by any recorded test"
+            return ModuleImpact(None, f"{rel}: {what}")
+        if _sha256(old) != entry["sha256"]:
+            return ModuleImpact(None, f"{rel}: the base version is not the one recorded")
+        changed = changed_units(old, new)
+        if changed is None:
+            return ModuleImpact(None, f"{rel}: code outside function bodies changed")
+        tests: set[str] = set()
+        for name in sorted(changed):
+            unit = entry["units"].get(name)
+            if not unit or not unit["tests"]:
+                if unit and unit["ambient"]:
+                    return ModuleImpact(None, f"{rel}: {name} runs outside tests only")
+                return ModuleImpact(None, f"{rel}: no recorded test runs {name}")
+            if unit["ambient"]:
+                return ModuleImpact(
+                    None, f"{rel}: {name} also runs outside tests (collection or a fixture)"
+                )
+            tests |= set(unit["tests"])
+        shown = ", ".join(sorted(changed)) or "nothing but comments or formatting"
+        return ModuleImpact(frozenset(tests), f"{rel}: changed {shown}")
+
+
+def write(payload: Mapping[str, Any], path: Path) -> None:
+    """Write a map atomically (a half-written map must not be read as a short one)."""
+    from harness.atomic import write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+
+
+def environment(rcfile: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a recording run: coverage starts in every Python process."""
+    env = dict(os.environ if base is None else base)
+    env["COVERAGE_PROCESS_START"] = str(rcfile)
+    env.pop("COVERAGE_PROCESS_CONFIG", None)
+    env[CONTEXT_ENV] = ""
+    return env

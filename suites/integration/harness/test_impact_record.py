@@ -1,0 +1,219 @@
+"""`harness impact record` on a small git project, end to end: coverage.py in the pytest
+workers and in a subprocess a test starts, a session fixture's work marked ambient, and what
+pull-request mode then selects for a change inside one function (harness.impact)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from tiny_asv_project import git
+
+from harness import prmode
+
+pytest.importorskip("xdist")
+pytest.importorskip("coverage")
+
+MODULE = """
+    def direct(x):
+        return x + 1
+
+
+    def in_subprocess(x):
+        return x * 2
+
+
+    def shared(x):
+        return x - 1
+
+
+    def unused(x):
+        return x
+"""
+
+FILES = {
+    "pkg/__init__.py": "",
+    "pkg/mod.py": MODULE,
+    "suites/conftest.py": """
+        import pytest
+        from pkg import mod
+
+        @pytest.fixture(scope="session")
+        def server():
+            return mod.shared(1)
+    """,
+    "suites/unit/test_direct.py": """
+        from pkg import mod
+
+        def test_direct():
+            assert mod.direct(1) == 2
+    """,
+    # No import of pkg in this file: only the subprocess runs it.
+    "suites/unit/test_sub.py": """
+        import subprocess, sys
+
+        def test_sub():
+            code = "import pkg.mod as m; print(m.in_subprocess(2))"
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            assert out.stdout.strip() == "4", out.stderr
+    """,
+    "suites/unit/test_fixture.py": """
+        def test_uses_server(server):
+            assert server == 0
+    """,
+}
+
+
+# The outer run's settings must not leak into the recorded project's runs (as the project
+# fixture of suites/conftest.py does for pytester runs).
+_OUTER = ("CI", "HARNESS_SEED", "HYPOTHESIS_PROFILE", "HARNESS_HISTORY_DB", "GITHUB_ACTIONS")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _OUTER}
+
+
+def _record(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "impact", "record", *args],
+        cwd=root,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    return root
+
+
+@pytest.fixture(scope="module")
+def recorded_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One recording (every process under coverage: the slow part), copied per test."""
+    root = _write(tmp_path_factory.mktemp("impact") / "project", FILES)
+    proc = _record(root, "--workers", "2", "--", "-p", "no:cacheprovider")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+@pytest.fixture
+def recorded(recorded_once: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(recorded_once, root)
+    return root
+
+
+def test_the_map_names_the_test_file_that_ran_each_function_in_any_process(recorded) -> None:
+    payload = json.loads((recorded / ".harness" / "impact.json").read_text())
+    assert payload["commit"] == git(recorded, "rev-parse", "HEAD")
+    assert payload["clean"] is True
+    units = payload["files"]["pkg/mod.py"]["units"]
+    assert units["direct"] == {"tests": ["suites/unit/test_direct.py"], "ambient": False}
+    # Run only in the subprocess test_sub starts: its coverage is labelled with the test.
+    assert units["in_subprocess"] == {"tests": ["suites/unit/test_sub.py"], "ambient": False}
+    # A session fixture is shared by every test that asks for it: ambient, not one test's.
+    assert units["shared"] == {"tests": [], "ambient": True}
+    assert "unused" not in units
+    # Every test file ran its own test function (test files are measured too).
+    assert payload["test_files"] == [
+        "suites/unit/test_direct.py",
+        "suites/unit/test_fixture.py",
+        "suites/unit/test_sub.py",
+    ]
+
+
+def test_a_change_inside_a_function_selects_only_the_test_files_that_ran_it(recorded) -> None:
+    mod = recorded / "pkg" / "mod.py"
+    mod.write_text(mod.read_text().replace("return x * 2", "return x * 3"))
+    plan = prmode.plan(recorded, base_ref="main", workers="0")
+    assert plan.selection is not None and not plan.selection.everything
+    assert plan.selection.tests == ("suites/unit/test_sub.py",)
+    assert any("changed in_subprocess" in note for note in plan.selection.impact)
+
+    # The same change without the map: every test file the import graph reaches.
+    (recorded / ".harness" / "impact.json").unlink()
+    wide = prmode.plan(recorded, base_ref="main", workers="0")
+    assert wide.selection is not None and wide.selection.impact == ()
+    assert "suites/unit/test_direct.py" in wide.selection.tests
+
+
+def test_what_the_map_cannot_narrow_is_selected_on_the_import_graph(recorded) -> None:
+    mod = recorded / "pkg" / "mod.py"
+    # A session fixture's code, then module-level code: both reach tests the map cannot name.
+    mod.write_text(mod.read_text().replace("return x - 1", "return x - 2"))
+    plan = prmode.plan(recorded, base_ref="main", workers="0")
+    assert plan.selection is not None
+    assert {"suites/unit/test_direct.py", "suites/unit/test_fixture.py"} <= set(
+        plan.selection.tests
+    )
+    assert any("shared runs outside tests only" in note for note in plan.selection.impact)
+
+    git(recorded, "checkout", "-q", "--", "pkg/mod.py")
+    mod.write_text(mod.read_text() + "\nLIMIT = 3\n")
+    plan = prmode.plan(recorded, base_ref="main", workers="0")
+    assert plan.selection is not None
+    assert "suites/unit/test_fixture.py" in plan.selection.tests
+    assert any("outside function bodies" in note for note in plan.selection.impact)
+
+
+def test_a_map_from_another_commit_is_not_used_and_says_why(recorded) -> None:
+    (recorded / "README.md").write_text("later\n")
+    git(recorded, "add", "-A")
+    git(recorded, "commit", "-q", "-m", "later")
+    mod = recorded / "pkg" / "mod.py"
+    mod.write_text(mod.read_text().replace("return x * 2", "return x * 3"))
+    plan = prmode.plan(recorded, base_ref="main", workers="0")
+    assert plan.selection is not None
+    assert "suites/unit/test_direct.py" in plan.selection.tests
+    assert any("not at the base" in note for note in plan.selection.impact)
+
+
+def test_a_failing_run_writes_no_map_and_a_bad_map_is_a_usage_error(tmp_path: Path) -> None:
+    failing = {**FILES, "suites/unit/test_fail.py": "def test_fail():\n    assert False\n"}
+    root = _write(tmp_path / "project", failing)
+    proc = _record(root, "--workers", "0")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no map written" in proc.stdout
+    assert not (root / ".harness" / "impact.json").exists()
+
+    bad = root / "bad.json"
+    bad.write_text("{")
+    ci = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--impact-map", str(bad)],
+        cwd=root,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ci.returncode == 2, ci.stdout + ci.stderr
+    assert f"--impact-map: {bad}: not an impact map" in ci.stdout + ci.stderr
+    assert "Traceback" not in ci.stdout + ci.stderr
+
+
+def test_the_recorder_plugin_without_coverage_is_a_usage_error(tmp_path: Path) -> None:
+    root = _write(tmp_path / "project", FILES)
+    env = {k: v for k, v in _env().items() if not k.startswith("COVERAGE_PROCESS")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "harness.impact.recorder", "suites/unit"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "coverage is not measuring this process" in proc.stdout + proc.stderr

@@ -1,0 +1,221 @@
+"""harness.impact without recording: which function bodies a change touches, and what a map
+says about a changed module (the recording: suites/integration/harness/test_impact_record.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import impact
+from harness.impact import ImpactError, ImpactMap, changed_units
+
+BASE = textwrap.dedent(
+    '''
+    """A module."""
+    import os
+
+    LIMIT = 3
+
+    def f(x):
+        # a comment
+        return x + 1
+
+    def g(x, y=LIMIT):
+        def inner(z):
+            return z * 2
+        return inner(x) + y
+
+    class C:
+        def m(self):
+            return 1
+
+        @property
+        def p(self):
+            return 2
+
+        @p.setter
+        def p(self, value):
+            self._p = value
+
+        class Inner:
+            def deep(self):
+                return os.sep
+    '''
+)
+
+
+def _edit(old: str, new: str, source: str = BASE) -> str:
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
+
+
+def test_units_are_module_and_class_level_functions_with_their_body_lines() -> None:
+    spans = impact.units(BASE)
+    assert sorted(spans) == ["C.Inner.deep", "C.m", "C.p", "C.p#2", "f", "g"]
+    lines = BASE.splitlines()
+    first, last = spans["g"]
+    # The body only: the def line (defaults run at import) is the module's.
+    assert lines[first - 1].strip() == "def inner(z):"
+    assert lines[last - 1].strip() == "return inner(x) + y"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("return x + 1", "return x + 2", {"f"}),
+        ("return z * 2", "return z * 3", {"g"}),  # a nested function belongs to its unit
+        ("return 1", "return 10", {"C.m"}),
+        ("self._p = value", "self._p = -value", {"C.p#2"}),
+        ("return os.sep", "return os.pathsep", {"C.Inner.deep"}),
+        ("# a comment", "# another comment", set()),
+        ("return x + 1", "return  x+1", set()),  # formatting only
+    ],
+)
+def test_a_change_inside_bodies_names_the_units(old: str, new: str, expected: set[str]) -> None:
+    assert changed_units(BASE, _edit(old, new)) == expected
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("LIMIT = 3", "LIMIT = 4"),  # module-level code
+        ("def g(x, y=LIMIT):", "def g(x, y=LIMIT + 1):"),  # a default runs at import
+        ("def f(x):", "def f(x, extra=None):"),  # a signature
+        ("    @property\n", "    @staticmethod\n"),  # a decorator
+        ('"""A module."""', '"""The module."""'),  # the module's docstring is module code
+        ("class C:", "class C(object):"),
+        ("import os", "import os\n\ndef added():\n    return 0"),  # a unit added
+        ("return x + 1", "return x +"),  # the head does not parse
+    ],
+)
+def test_anything_outside_bodies_is_a_module_level_change(old: str, new: str) -> None:
+    assert changed_units(BASE, _edit(old, new)) is None
+
+
+def test_a_unit_removed_is_a_module_level_change() -> None:
+    removed = _edit("    def m(self):\n        return 1\n\n", "")
+    assert changed_units(BASE, removed) is None
+    assert changed_units(removed, BASE) is None
+
+
+def _map(tmp_path: Path, **overrides: object) -> Path:
+    payload: dict[str, object] = {
+        "version": 1,
+        "commit": "a" * 40,
+        "clean": True,
+        "recorded": "2026-12-02T00:00:00+00:00",
+        "test_files": ["suites/unit/test_f.py", "suites/unit/test_g.py"],
+        "files": {
+            "pkg/mod.py": {
+                "sha256": impact._sha256(BASE),
+                "units": {
+                    "f": {"tests": ["suites/unit/test_f.py"], "ambient": False},
+                    "g": {"tests": ["suites/unit/test_g.py"], "ambient": True},
+                    "C.m": {"tests": [], "ambient": True},
+                },
+            }
+        },
+    }
+    payload.update(overrides)
+    path = tmp_path / "impact.json"
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_a_body_change_selects_the_test_files_that_ran_it(tmp_path: Path) -> None:
+    found = ImpactMap.load(_map(tmp_path)).module("pkg/mod.py", BASE, _edit("x + 1", "x + 2"))
+    assert found.tests == frozenset({"suites/unit/test_f.py"})
+    assert "changed f" in found.reason
+
+
+def test_a_comment_only_change_selects_no_test_file(tmp_path: Path) -> None:
+    found = ImpactMap.load(_map(tmp_path)).module("pkg/mod.py", BASE, _edit("a comment", "b"))
+    assert found.tests == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ("return z * 2", "return z * 3", "also runs outside tests"),  # g: ambient too
+        ("return 1", "return 10", "runs outside tests only"),  # C.m: only ambient
+        ("return os.sep", "return os.pathsep", "no recorded test runs C.Inner.deep"),
+        ("LIMIT = 3", "LIMIT = 4", "code outside function bodies changed"),
+    ],
+)
+def test_what_the_map_cannot_narrow_goes_back_to_the_import_graph(
+    tmp_path: Path, old: str, new: str, why: str
+) -> None:
+    found = ImpactMap.load(_map(tmp_path)).module("pkg/mod.py", BASE, _edit(old, new))
+    assert found.tests is None
+    assert why in found.reason
+
+
+def test_a_base_that_is_not_the_recorded_version_is_not_narrowed(tmp_path: Path) -> None:
+    other = _edit("LIMIT = 3", "LIMIT = 5")
+    found = ImpactMap.load(_map(tmp_path)).module("pkg/mod.py", other, _edit("x + 1", "x + 2"))
+    assert found.tests is None
+    assert "not the one recorded" in found.reason
+
+
+def test_a_file_no_test_ran_or_one_added_or_deleted_is_not_narrowed(tmp_path: Path) -> None:
+    loaded = ImpactMap.load(_map(tmp_path))
+    assert loaded.module("pkg/other.py", "x = 1\n", "x = 2\n").tests is None
+    assert loaded.module("pkg/mod.py", None, BASE).tests is None
+    assert loaded.module("pkg/mod.py", BASE, None).tests is None
+
+
+def test_the_map_is_used_only_at_its_own_commit_from_a_clean_tree(tmp_path: Path) -> None:
+    loaded = ImpactMap.load(_map(tmp_path))
+    assert loaded.usable_for("a" * 40) is None
+    assert "not at the base bbbbbbbbbb" in str(loaded.usable_for("b" * 40))
+    dirty = ImpactMap.load(_map(tmp_path, clean=False))
+    assert "uncommitted changes" in str(dirty.usable_for("a" * 40))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "invalid JSON"),
+        ('{"version": 99}', "found 99"),
+        ("[1, 2]", "found 'list'"),
+        ('{"version": 1, "commit": "x"}', "damaged impact map"),
+        (
+            '{"version": 1, "commit": "x", "clean": true, "recorded": "", "test_files": [], '
+            '"files": {"a.py": {"sha256": 1, "units": {}}}}',
+            "damaged impact map (at a.py)",
+        ),
+    ],
+)
+def test_a_bad_map_is_an_error_naming_the_file(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "impact.json"
+    path.write_text(content)
+    with pytest.raises(ImpactError, match=re.escape(message)) as info:
+        ImpactMap.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_missing_map_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ImpactError, match="cannot read the impact map"):
+        ImpactMap.load(tmp_path / "nope.json")
+
+
+def test_the_recording_configuration_reads_the_test_id_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    from coverage.config import read_coverage_config
+
+    rc = tmp_path / "coveragerc"
+    rc.write_text(impact.rcfile_text(tmp_path, tmp_path / "data" / "cov"))
+    env = impact.environment(rc, base={"PATH": "/bin", "COVERAGE_PROCESS_CONFIG": "x"})
+    assert env["COVERAGE_PROCESS_START"] == str(rc)
+    assert "COVERAGE_PROCESS_CONFIG" not in env
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(impact.CONTEXT_ENV, "suites/unit/test_x.py::test_y")
+        config = read_coverage_config(config_file=str(rc), warn=lambda msg, **_: None)
+    assert config.context == "suites/unit/test_x.py::test_y"
+    assert config.parallel is True
+    assert str(tmp_path / ".venv") + "/*" in config.run_omit
