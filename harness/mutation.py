@@ -403,6 +403,12 @@ def _mutmut(work: Path, *args: str, stream: bool = False, timeout: float | None 
     not be read as a result) and quoted when it fails. On ``timeout`` the whole process group
     is ended (mutmut's workers too, not only the parent) and the run is a MutationError."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
+    # mutmut forks each mutant's worker from a process that has already run the tests: an
+    # OpenMP pool started there (torch's, on its first op) does not survive the fork, and every
+    # mutant of a module the tests reach through torch then hangs to mutmut's CPU limit and is
+    # counted "timeout", killed (seen on reference_impls/attention). One thread per worker;
+    # --jobs workers run side by side anyway.
+    env.setdefault("OMP_NUM_THREADS", "1")
     command = " ".join(("mutmut", *args))
     proc = subprocess.Popen(
         [*_MUTMUT, *args],

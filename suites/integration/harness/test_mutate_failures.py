@@ -25,6 +25,7 @@ name = module[:-3].replace("/", ".")
 command = sys.argv[1]
 if command == "run":
     open("run_args.txt", "w").write("\n".join(sys.argv[2:]))
+    open("run_env.txt", "w").write(str(os.environ.get("OMP_NUM_THREADS")))
     if name.endswith("hang"):
         time.sleep(600)  # ended by the harness's --timeout, long before this
     if name.endswith("crash"):
@@ -145,8 +146,9 @@ def test_with_no_path_a_core_module_runs_against_its_own_tests_and_a_gone_one_is
 
 
 def test_function_runs_and_counts_only_that_functions_mutants_against_a_named_test(
-    fake_project, tmp_path
+    fake_project, tmp_path, monkeypatch
 ):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     result = CliRunner().invoke(
         mutate_command,
         [
@@ -162,6 +164,8 @@ def test_function_runs_and_counts_only_that_functions_mutants_against_a_named_te
 
     assert result.exit_code == 0, result.output
     work = tmp_path / "w/pkg__two.py"
+    # One OpenMP thread: a pool started before mutmut forks a worker hangs in the worker.
+    assert (work / "run_env.txt").read_text() == "1"
     assert (work / "run_args.txt").read_text().splitlines() == [
         "--max-children",
         "2",
