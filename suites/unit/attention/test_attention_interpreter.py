@@ -194,11 +194,11 @@ def test_reference_matches_torch_sdpa():
     # The reference is itself checked against PyTorch (same top-left/bottom-right alignment
     # when Nq == Nk; SDPA's enable_gqa repeats key/value heads the same way).
     q, k, v = (t.detach().double() for t in make_qkv(2, 4, 12, 12, 16, h_kv=2))
-    # 1e-12, not float64's default 1e-7: the two agree to 1.3e-15 (1,100 seeds on the H200
-    # box, 140 on the dev VM; the tail fit's bound at 1e-4 failures is 7.5e-16 to 8.5e-15), so
-    # the default passed a reference 1e7 times worse, one that does its softmax in float32,
-    # say. 1e-12 keeps ~1,000x over every error seen for other BLAS and summation orders.
-    # docs/benchmarks/tolerances.md ("Bounds tightened").
+    # 1e-12, not float64's default 1e-7: the two agree to 1.3e-15 (2,540 seeds on the H200 box
+    # and the dev VM; the tail fit's bound at 1e-4 failures: 7.5e-16 to 8.5e-15), while a
+    # reference that does its softmax in float32 is off by 1.2e-7 to 3.5e-7, which the default
+    # failed at 41 of 200 seeds only. 1e-12 keeps ~1,000x over every error seen, for other BLAS
+    # and summation orders. docs/benchmarks/tolerances.md ("Bounds tightened").
     for causal in (False, True):
         expected = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=causal, enable_gqa=True
