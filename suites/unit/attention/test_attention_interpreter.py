@@ -197,7 +197,7 @@ def test_reference_matches_torch_sdpa():
     # 1e-12, not float64's default 1e-7: the two agree to 1.3e-15 (2,540 seeds on the H200 box
     # and the dev VM; the tail fit's bound at 1e-4 failures: 7.5e-16 to 8.5e-15), while a
     # reference that does its softmax in float32 is off by 1.2e-7 to 3.5e-7, which the default
-    # failed at 41 of 200 seeds only. 1e-12 keeps ~1,000x over every error seen, for other BLAS
+    # failed at 41 of 200 seeds only. 1e-12 keeps ~750x over every error seen, for other BLAS
     # and summation orders. docs/benchmarks/tolerances.md ("Bounds tightened").
     for causal in (False, True):
         expected = torch.nn.functional.scaled_dot_product_attention(
