@@ -57,6 +57,7 @@ __all__ = [
     "UnreadableOutput",
     "Survivor",
     "covering_tests",
+    "function_patterns",
     "named_tests",
     "render_markdown",
     "run_module",
@@ -174,6 +175,8 @@ class ModuleResult:
     survivors: list[Survivor]
     seconds: float
     work_dir: str
+    functions: list[str] = dataclasses.field(default_factory=list)
+    """The functions whose mutants alone were run (``--function``); empty: the whole module."""
 
     @property
     def total(self) -> int:
@@ -233,11 +236,18 @@ def named_tests(root: Path, patterns: Sequence[str]) -> list[str]:
     """The test files named by ``patterns`` (paths or globs such as
     ``suites/unit/harness/test_tolerances*.py``, relative to ``root``), instead of the import
     graph's selection. Each must match an existing test file (``suites/.../test_*.py``) inside
-    the project; the first that does not is a MutationError naming it."""
+    the project; the first that does not is a MutationError naming it.
+
+    A pattern may end in a pytest node id's tail (``suites/unit/x/test_y.py::test_z``): the
+    file part is checked as above and the tail kept, so only that test runs against the
+    mutants (the one test whose bound is being judged, say, not its whole file)."""
     top = root.resolve()
     layout = _layout_and_tiers(root)[0]
     found: list[str] = []
-    for pattern in patterns:
+    for given_pattern in patterns:
+        pattern, sep, tail = given_pattern.partition("::")
+        if sep and not tail.strip():
+            raise MutationError(f"--tests {given_pattern}: nothing after '::'; name a test")
         if not pattern.strip():
             raise MutationError(
                 "--tests: an empty path; give a test file such as suites/unit/x/test_y.py"
@@ -251,24 +261,74 @@ def named_tests(root: Path, patterns: Sequence[str]) -> list[str]:
             matches = [Path(m) for m in glob.glob(pattern, root_dir=root)] or [given]
             matches = [root / m for m in matches]
         if glob.has_magic(pattern) and not any(m.exists() for m in matches):
-            raise MutationError(f"--tests {pattern}: the pattern matches no file under {root}")
+            raise MutationError(
+                f"--tests {given_pattern}: the pattern matches no file under {root}"
+            )
         for match in sorted(matches):
             resolved = match.resolve()
             if not resolved.is_relative_to(top):
                 raise MutationError(
-                    f"--tests {pattern}: {match} is outside the project {top}; "
+                    f"--tests {given_pattern}: {match} is outside the project {top}; "
                     "name a test file of this project"
                 )
             if not resolved.is_file():
-                raise MutationError(f"--tests {pattern}: no such file under {root}")
+                raise MutationError(f"--tests {given_pattern}: no such file under {root}")
             rel = resolved.relative_to(top).as_posix()
             if not layout.is_test_file(rel):
                 raise MutationError(
-                    f"--tests {pattern}: {rel} is not a test file "
+                    f"--tests {given_pattern}: {rel} is not a test file "
                     f"(test files are {layout.describe_test_files()})"
                 )
-            found.append(rel)
+            found.append(f"{rel}{sep}{tail}")
     return list(dict.fromkeys(found))
+
+
+def function_patterns(root: Path, path: str, functions: Sequence[str]) -> list[str]:
+    """mutmut's names for the mutants of ``functions`` of the module ``path`` (each a function
+    defined at the module's top level, ``name``, or a method, ``Class.name``), as the patterns
+    ``mutmut run`` takes: only those functions' mutants are then run and counted (the
+    functions a numeric check exercises, say, out of a module of hundreds of mutants). A name
+    the module does not define is a MutationError naming the ones it does."""
+    import ast
+
+    posix = PurePosixPath(Path(path).as_posix())
+    try:
+        tree = ast.parse((root / posix).read_text())
+    except (OSError, SyntaxError) as exc:
+        raise MutationError(f"{path}: cannot be read for --function ({exc})") from None
+    defined: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            defined.update(
+                f"{node.name}.{n.name}"
+                for n in node.body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
+    module = _module_name(str(posix))
+    patterns = []
+    for name in functions:
+        if name not in defined:
+            known = sorted(defined)
+            raise MutationError(
+                f"--function {name}: {path} defines no such function or method (it has: "
+                f"{', '.join(known[:12])}{', ...' if len(known) > 12 else ''})"
+            )
+        cls, dot, func = name.rpartition(".")
+        mangled = f"xǁ{cls}ǁ{func}" if dot else f"x_{func}"
+        patterns.append(f"{module}.{mangled}__mutmut_*")
+    return patterns
+
+
+def _selected(statuses: dict[str, Status], patterns: Sequence[str]) -> dict[str, Status]:
+    """The statuses of the mutants ``patterns`` select (all of them when there is none):
+    ``mutmut results`` lists every mutant of the module, those not run as ``not checked``."""
+    if not patterns:
+        return statuses
+    import fnmatch
+
+    return {n: s for n, s in statuses.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
 
 
 def _project_files(root: Path) -> list[str] | None:
@@ -343,6 +403,12 @@ def _mutmut(work: Path, *args: str, stream: bool = False, timeout: float | None 
     not be read as a result) and quoted when it fails. On ``timeout`` the whole process group
     is ended (mutmut's workers too, not only the parent) and the run is a MutationError."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
+    # mutmut forks each mutant's worker from a process that has already run the tests: an
+    # OpenMP pool started there (torch's, on its first op) does not survive the fork, and every
+    # mutant of a module the tests reach through torch then hangs to mutmut's CPU limit and is
+    # counted "timeout", killed (seen on reference_impls/attention). One thread per worker;
+    # --jobs workers run side by side anyway.
+    env.setdefault("OMP_NUM_THREADS", "1")
     command = " ".join(("mutmut", *args))
     proc = subprocess.Popen(
         [*_MUTMUT, *args],
@@ -517,15 +583,19 @@ def run_module(
     tests: Sequence[str] | None = None,
     timeout_s: float = 3600,
     progress: Callable[[str], None] | None = None,
+    functions: Sequence[str] = (),
 ) -> ModuleResult:
     """Mutation-test ``path`` (repository-relative) in the scratch folder ``work``, against
-    ``tests`` (repository-relative test files; None: those of ``tiers`` that import it)."""
+    ``tests`` (repository-relative test files, or node ids; None: those of ``tiers`` that
+    import it); with ``functions``, only the mutants of those functions of it
+    (:func:`function_patterns`)."""
     posix = PurePosixPath(Path(path).as_posix())
     if posix.suffix != ".py" or not (root / posix).is_file():
         raise MutationError(f"{path}: no such Python file under {root}; give a module's path")
     if _layout_and_tiers(root)[0].is_test_file(str(posix)):
         raise MutationError(f"{path}: a test file; give the module it tests")
     say = progress or (lambda _msg: None)
+    selection = function_patterns(root, str(posix), functions) if functions else []
     if tests is None:
         tests = covering_tests(root, str(posix), tiers)
         if not tests:
@@ -540,7 +610,9 @@ def run_module(
     started = time.monotonic()
     _prepare(root, str(posix), tests, work)
     try:
-        _mutmut(work, "run", "--max-children", str(jobs), stream=True, timeout=timeout_s)
+        _mutmut(
+            work, "run", "--max-children", str(jobs), *selection, stream=True, timeout=timeout_s
+        )
         run_error = None
     except RunStopped:
         raise
@@ -548,10 +620,17 @@ def run_module(
         run_error = exc
     try:
         statuses = _parse_results(_mutmut(work, "results", "--all", "true"))
+        statuses = _selected(statuses, selection)
     except MutationError:
         if run_error is not None:
             raise run_error from None
         raise
+    if selection and not statuses:
+        raise MutationError(
+            f"{path}: mutmut made no mutant of {', '.join(functions)} (it leaves functions "
+            "with a decorator other than @staticmethod/@classmethod unmutated)"
+            + (f"\n{run_error}" if run_error is not None else "")
+        )
     if run_error is not None:
         _use_results_despite(run_error, statuses)
         say(
@@ -580,6 +659,7 @@ def run_module(
         survivors=survivors,
         seconds=round(time.monotonic() - started, 1),
         work_dir=str(work),
+        functions=list(functions),
     )
 
 
@@ -597,6 +677,7 @@ def to_json(results: Sequence[ModuleResult], errors: dict[str, str]) -> dict[str
                 "killed": r.killed,
                 "counts": r.counts,
                 "tests": r.tests,
+                "functions": r.functions,
                 "seconds": r.seconds,
                 "survivors": [
                     {**dataclasses.asdict(s), "status": str(s.status)} for s in r.survivors
@@ -629,8 +710,9 @@ def render_markdown(results: Sequence[ModuleResult], errors: dict[str, str]) -> 
         score = "-" if r.score is None else f"{100 * r.score:.1f}%"
         # How the killed ones died, when not all by a failing test: "12 (2 timeout)".
         how = ", ".join(f"{r.counts[s]} {s}" for s in _COUNTS_AS_KILLED[1:] if r.counts.get(s, 0))
+        only = f" ({', '.join(r.functions)} only)" if r.functions else ""
         lines.append(
-            f"| `{r.path}` | {score} | {r.killed}{f' ({how})' if how else ''} | "
+            f"| `{r.path}`{only} | {score} | {r.killed}{f' ({how})' if how else ''} | "
             f"{r.counts.get(Status.SURVIVED, 0)} | {r.counts.get(Status.NO_TESTS, 0)} | "
             f"{r.counts.get(Status.SUSPICIOUS, 0)} | {r.total} | {len(r.tests)} | "
             f"{r.seconds:.0f} s |"

@@ -28,6 +28,8 @@ The reports are written in every case, each module not measured named with the r
 Examples:
   harness mutate harness/tolerances.py --tests 'suites/*/harness/test_tolerances*.py'
   harness mutate reference_impls/collectives/simulation.py --min-score 85
+  harness mutate reference_impls/attention/kernel.py --function reference_attention \
+      --tests suites/unit/attention/test_attention_interpreter.py::test_reference_matches_torch_sdpa
 """,
 )
 @click.argument("paths", nargs=-1, metavar="[PATH]...")
@@ -62,7 +64,16 @@ Examples:
     multiple=True,
     metavar="PATH",
     help="Run these test files (repeatable; a quoted glob works) against the mutants instead "
-    "of every test file that imports the module: for a module imported by hundreds of tests.",
+    "of every test file that imports the module: for a module imported by hundreds of tests. "
+    "FILE::TEST runs that test alone.",
+)
+@click.option(
+    "--function",
+    "functions",
+    multiple=True,
+    metavar="NAME",
+    help="Only the mutants of this function of PATH (repeatable; Class.method for a method): "
+    "the functions a check exercises, out of a large module. Needs exactly one PATH.",
 )
 @click.option(
     "--timeout",
@@ -87,6 +98,7 @@ def mutate_command(
     jobs: int,
     tiers: str,
     test_patterns: tuple[str, ...],
+    functions: tuple[str, ...],
     timeout_s: float,
     min_score: float | None,
 ) -> None:
@@ -106,6 +118,10 @@ def mutate_command(
     try:
         if test_patterns:
             tests = _mutation.named_tests(root, test_patterns)
+        if functions and len(paths) != 1:
+            raise _mutation.MutationError(
+                f"--function needs exactly one PATH, the module that defines it (got {len(paths)})"
+            )
         for path in paths:  # bad input fails before any slow work starts
             posix = Path(path).as_posix()
             if tests is not None and _mutation.is_test_file(root, posix):
@@ -120,6 +136,8 @@ def mutate_command(
                 )
             if tests is not None and not (root / posix).is_file():
                 raise _mutation.MutationError(f"{path}: no such file under {root}")
+            if functions:
+                _mutation.function_patterns(root, posix, functions)
     except _mutation.MutationError as exc:
         raise UsageProblem(str(exc)) from None
     # With no PATH (the nightly job), a core module may name its own tests.
@@ -151,6 +169,7 @@ def mutate_command(
                         tests=tests_for.get(path, tests),
                         timeout_s=timeout_s,
                         progress=console.print,
+                        functions=functions,
                     )
                 except Exception as exc:  # one module's failure must not lose the others'
                     reason = str(exc)

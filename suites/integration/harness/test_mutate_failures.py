@@ -24,6 +24,8 @@ module = tomllib.load(open("pyproject.toml", "rb"))["tool"]["mutmut"]["only_muta
 name = module[:-3].replace("/", ".")
 command = sys.argv[1]
 if command == "run":
+    open("run_args.txt", "w").write("\n".join(sys.argv[2:]))
+    open("run_env.txt", "w").write(str(os.environ.get("OMP_NUM_THREADS")))
     if name.endswith("hang"):
         time.sleep(600)  # ended by the harness's --timeout, long before this
     if name.endswith("crash"):
@@ -34,6 +36,8 @@ if command == "results":
         print(f"{name}.x_f__mutmut_1 -> killed")
     elif not name.endswith("crash"):
         print(f"    {name}.x_f__mutmut_1: killed\n    {name}.x_f__mutmut_2: survived")
+    if name.endswith("two"):  # g's mutants, as mutmut lists them when only f's were run
+        print(f"    {name}.x_g__mutmut_1: not checked\n    {name}.xǁCǁm__mutmut_1: not checked")
     sys.exit(0)
 if command == "show":
     print(f"# {sys.argv[2]}: survived\n--- a\n+++ b\n@@ -1,2 +1,2 @@\n def f(x):")
@@ -44,11 +48,12 @@ if command == "show":
 @pytest.fixture
 def fake_project(tmp_path, monkeypatch):
     root = tmp_path / "proj"
-    modules = ("good", "hang", "crash", "newformat", "other")
+    modules = ("good", "hang", "crash", "newformat", "other", "two")
     files = {"pkg/__init__.py": "", "pyproject.toml": "[project]\nname = 'x'\n"}
     for m in modules:
         files[f"pkg/{m}.py"] = "def f(x):\n    return x + 1\n"
         files[f"suites/unit/test_{m}.py"] = f"from pkg.{m} import f\n"
+    files["pkg/two.py"] += "def g(x):\n    return x - 1\nclass C:\n    def m(self):\n        pass\n"
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -138,3 +143,80 @@ def test_with_no_path_a_core_module_runs_against_its_own_tests_and_a_gone_one_is
     assert [m["path"] for m in report["modules"]] == ["pkg/good.py"]
     assert report["modules"][0]["tests"] == ["suites/unit/test_other.py"]
     assert "its own tests (suites/gone/test_*.py) are gone" in report["errors"]["pkg/other.py"]
+
+
+def test_function_runs_and_counts_only_that_functions_mutants_against_a_named_test(
+    fake_project, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    result = CliRunner().invoke(
+        mutate_command,
+        [
+            "pkg/two.py",
+            "--function",
+            "f",
+            "--tests",
+            "suites/unit/test_two.py::test_it",
+            "--work-dir",
+            str(tmp_path / "w"),
+        ],
+    )
+
+    assert result.exit_code == 0, result.output
+    work = tmp_path / "w/pkg__two.py"
+    # One OpenMP thread: a pool started before mutmut forks a worker hangs in the worker.
+    assert (work / "run_env.txt").read_text() == "1"
+    assert (work / "run_args.txt").read_text().splitlines() == [
+        "--max-children",
+        "2",
+        "pkg.two.x_f__mutmut_*",
+    ]
+    assert (
+        'test_selection = ["suites/unit/test_two.py::test_it"]'
+        in (work / "pyproject.toml").read_text()
+    )
+    module = json.loads((fake_project / "reports/mutation/mutation.json").read_text())["modules"][0]
+    # g's and C.m's mutants, listed "not checked", are not this run's: 1 of 2, not an error.
+    assert (module["killed"], module["total"], module["functions"]) == (1, 2, ["f"])
+    table = (fake_project / "reports/mutation/mutation.md").read_text()
+    assert "| `pkg/two.py` (f only) | 50.0% |" in table
+
+
+def test_without_function_the_unchecked_mutants_of_other_functions_are_an_error(fake_project):
+    result = _mutate("pkg/two.py")
+
+    assert result.exit_code == 1, result.output
+    error = json.loads((fake_project / "out/mutation.json").read_text())["errors"]["pkg/two.py"]
+    assert "2 of 4 mutant(s) not checked" in error
+
+
+def test_a_method_is_named_class_dot_method(fake_project, tmp_path):
+    result = CliRunner().invoke(
+        mutate_command,
+        ["pkg/two.py", "--function", "C.m", "--function", "g", "--work-dir", str(tmp_path / "w")],
+    )
+
+    # Only "not checked" mutants were listed for them (the stand-in runs nothing): an error.
+    assert result.exit_code == 1, result.output
+    assert (tmp_path / "w/pkg__two.py/run_args.txt").read_text().splitlines()[2:] == [
+        "pkg.two.xǁCǁm__mutmut_*",
+        "pkg.two.x_g__mutmut_*",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["pkg/two.py", "--function", "h"], "--function h: pkg/two.py defines no such function"),
+        (["pkg/two.py", "--function", "C.f"], "defines no such function or method (it has: C.m, f"),
+        (["pkg/two.py", "pkg/good.py", "--function", "f"], "--function needs exactly one PATH"),
+        (["pkg/two.py", "--tests", "suites/unit/test_two.py::"], "nothing after '::'"),
+    ],
+    ids=["unknown", "not-a-method", "two-paths", "empty-test-name"],
+)
+def test_a_bad_function_or_node_id_exits_2_before_running_mutmut(fake_project, args, message):
+    result = _mutate(*args)
+
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (fake_project / "out").exists()

@@ -200,6 +200,37 @@ def test_named_tests_expand_globs_relative_to_the_project_and_drop_duplicates(tm
     assert named == ["suites/unit/test_mod.py", "suites/unit/test_mod_more.py"]
 
 
+def test_a_node_id_keeps_its_test_and_its_file_is_checked_like_a_path(tmp_path):
+    root = _project(tmp_path / "repo")
+
+    named = mutation.named_tests(root, ["suites/unit/test_mod.py::test_a[x-1]"])
+
+    assert named == ["suites/unit/test_mod.py::test_a[x-1]"]
+    with pytest.raises(mutation.MutationError, match="test_gone.py::test_a: no such file"):
+        mutation.named_tests(root, ["suites/unit/test_gone.py::test_a"])
+
+
+def test_function_patterns_are_mutmuts_names_and_select_only_those_statuses(tmp_path):
+    root = _project(tmp_path / "repo")
+    (root / "pkg/mod.py").write_text(
+        "def f():\n    pass\nclass C:\n    def m(self):\n        pass\n"
+    )
+
+    patterns = mutation.function_patterns(root, "pkg/mod.py", ["f", "C.m"])
+
+    assert patterns == ["pkg.mod.x_f__mutmut_*", "pkg.mod.xǁCǁm__mutmut_*"]
+    statuses = {
+        "pkg.mod.x_f__mutmut_1": mutation.Status.KILLED,
+        "pkg.mod.x_ff__mutmut_1": mutation.Status.NOT_CHECKED,  # another function, f's prefix
+        "pkg.mod.xǁCǁm__mutmut_2": mutation.Status.SURVIVED,
+    }
+    assert list(mutation._selected(statuses, patterns)) == [
+        "pkg.mod.x_f__mutmut_1",
+        "pkg.mod.xǁCǁm__mutmut_2",
+    ]
+    assert mutation._selected(statuses, []) == statuses
+
+
 @pytest.mark.parametrize(
     ("given", "message"),
     [
