@@ -10,6 +10,7 @@ from typing import ParamSpec, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from harness import extras as _extras
 from harness import impact as _impact
@@ -373,7 +374,7 @@ def ci_command(
         aborted(f"usage error, nothing ran: {exc.message}")
         raise
     _prmode.write(plan, report_dir / "selection.json")
-    console.print(f"[bold]{plan.note}[/]", soft_wrap=True)
+    console.print(f"[bold]{escape(plan.note)}[/]", soft_wrap=True)
     try:
         result = _bad_input(pipeline.run_ci, report_dir, tier_names, lock, seed, perf, plan)
     except RunAborted:

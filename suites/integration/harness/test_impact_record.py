@@ -18,6 +18,9 @@ from tiny_asv_project import git
 from harness import prmode
 
 pytest.importorskip("xdist")
+
+# The env check step of harness ci compares this venv with the repository's lock.
+LOCK = Path(__file__).resolve().parents[3] / "requirements" / "cpu.lock"
 pytest.importorskip("coverage")
 
 MODULE = """
@@ -142,6 +145,27 @@ def test_a_change_inside_a_function_selects_only_the_test_files_that_ran_it(reco
     assert plan.selection is not None and not plan.selection.everything
     assert plan.selection.tests == ("suites/unit/test_sub.py",)
     assert any("changed in_subprocess" in note for note in plan.selection.impact)
+
+    # harness ci itself: the note names the function, selection.json keeps it, and it runs.
+    reports = recorded.parent / "reports"  # outside the project: not a change of its own
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--changed-since", "main"]
+        + ["--workers", "0", "--lock", str(LOCK), "--report-dir", str(reports)],
+        cwd=recorded,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    # The change breaks test_sub (in_subprocess(2) is 6 now): the one test selected catches it.
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED suites/unit/test_sub.py::test_sub" in proc.stdout
+    assert "[impact map: pkg/mod.py: changed in_subprocess: run by 1 test file(s)]" in " ".join(
+        proc.stdout.split()
+    )
+    selection = json.loads((reports / "selection.json").read_text())
+    assert selection["tests"] == ["suites/unit/test_sub.py"]
+    assert selection["impact"] == ["pkg/mod.py: changed in_subprocess: run by 1 test file(s)"]
 
     # The same change without the map: every test file the import graph reaches.
     (recorded / ".harness" / "impact.json").unlink()
