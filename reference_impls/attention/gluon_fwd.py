@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import struct
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -74,28 +76,135 @@ KERNEL_MAXNREG = {1: 248, 2: 168}
 GROUP_HEADS = gl.constexpr(8)
 
 
+# Software exp2 (FlashAttention-4's trick): on Hopper the MUFU unit computes 16 exp2 per clock
+# per SM, against 128 fp32 FMAs; at D=64 a score tile's exp2s take as long as its two matmuls.
+# ``EMULATED`` of every ``EXP2_PACK`` consecutive scores of a thread go through a polynomial on
+# the FMA pipe instead: x = j + f with j = floor(x) (one add rounding down against 1.5 * 2**23,
+# whose low mantissa bits then hold j), 2**f on [0, 1) by a degree-3 minimax polynomial (p(0) =
+# 1 exactly; relative error 8.6e-5, under bf16's and fp16's rounding of P), and 2**j added to
+# the exponent field as an integer (j << 23). x is clamped at -127 first, which makes
+# exp2(-inf) (masked scores) exactly 0: 1.0's bits minus 127 << 23. Inputs are <= 0 here.
+EXP2_PACK = 8
+EXP2_POLY = (0.6951172947883606, 0.22764353454113007, 0.077068030834198)  # f, f^2, f^3
+_EXP2_PACK = gl.constexpr(EXP2_PACK)
+_EXP2_CONSTRAINTS = gl.constexpr(
+    ",".join(["=r"] * EXP2_PACK + ["r"] * EXP2_PACK)  # 8 results, then 8 inputs (fp32 bits)
+)
+
+
+def _f32(x: float) -> str:
+    """x as a PTX fp32 literal (0f + its bits in hex)."""
+    return f"0f{struct.unpack('<I', struct.pack('<f', x))[0]:08X}"
+
+
+def _make_exp2_asm(emulated: int) -> str:
+    """PTX for EXP2_PACK exp2s, ``emulated`` of them by the polynomial, spread over the pack."""
+    soft = set()
+    if emulated:
+        soft = {i * EXP2_PACK // emulated for i in range(emulated)}
+    c1, c2, c3 = (_f32(c) for c in EXP2_POLY)
+    magic = _f32(1.5 * 2**23)
+    lines = []
+    for i in range(EXP2_PACK):
+        out, x = f"${i}", f"${EXP2_PACK + i}"
+        if i not in soft:
+            lines.append(f"ex2.approx.ftz.f32 {out}, {x};")
+            continue
+        lines.append(
+            "{ .reg .f32 xc, j, fl, fr, p; .reg .b32 jb, pb; "
+            f"max.ftz.f32 xc, {x}, {_f32(-127.0)}; "
+            f"add.rm.ftz.f32 j, xc, {magic}; "
+            f"sub.ftz.f32 fl, j, {magic}; "
+            "sub.ftz.f32 fr, xc, fl; "
+            f"fma.rn.ftz.f32 p, fr, {c3}, {c2}; "
+            f"fma.rn.ftz.f32 p, p, fr, {c1}; "
+            f"fma.rn.ftz.f32 p, p, fr, {_f32(1.0)}; "
+            "mov.b32 jb, j; shl.b32 jb, jb, 23; mov.b32 pb, p; "
+            f"add.s32 {out}, pb, jb; }}"
+        )
+    return "\n".join(lines)
+
+
+_EXP2_ASM = tuple(_make_exp2_asm(k) for k in range(EXP2_PACK + 1))
+
+
+@triton.constexpr_function
+def _exp2_asm(emulated: int) -> str:
+    return _EXP2_ASM[emulated]
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernels
 
 
 @gluon.jit
-def _softmax_step(qk, m_i, l_i, qk_scale, offs_m, offs_n, causal_shift, MASKED: gl.constexpr):
+def _exp2(x, EMULATED: gl.constexpr):
+    """exp2 of an fp32 tensor: on the MUFU unit, or for EMULATED of every 8 elements of each
+    thread in software on the FMA pipe (``_exp2_asm``)."""
+    if EMULATED == 0:
+        return gl.exp2(x)
+    else:
+        return gl.inline_asm_elementwise(
+            _exp2_asm(EMULATED), _EXP2_CONSTRAINTS, [x], gl.float32, True, _EXP2_PACK
+        )
+
+
+@gluon.jit
+def _softmax_step(
+    qk,
+    m_i,
+    l_i,
+    qk_scale,
+    offs_m,
+    offs_n,
+    causal_shift,
+    MASKED: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+):
     """One block's online softmax. qk: (BLOCK_M, BLOCK_N) fp32 raw scores; m_i, l_i: (BLOCK_M,)
-    running max (base-2 units) and sum. Returns (p, alpha, m_new, l_new), p unnormalised."""
+    running max (base-2 units) and sum. Returns (p, alpha, grew, m_new, l_new), p
+    unnormalised; ``acc`` must be multiplied by alpha (per row) iff ``grew`` > 0.
+
+    RESCALE_TH > 0 (FlashAttention-4's conditional rescaling): a row's running max moves only
+    when this block's max exceeds it by more than RESCALE_TH (base 2); otherwise the old max
+    stays (alpha = 1) and p may reach 2**RESCALE_TH (well inside fp16/bf16 range). Exact
+    either way: lse = m + log2(l) and O = acc / l for whichever m was used. ``grew`` (one
+    scalar for the warpgroup, reduced after the exponentials so that they need not wait for
+    it) says whether any row moved, i.e. whether acc must be rescaled at all."""
     if MASKED:
         # Causal only: ragged lengths never reach this kernel (``supports``).
         keep = offs_n[None, :] <= offs_m[:, None] + causal_shift
         s = gl.where(keep, qk * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        # Every row sees key 0 (Nk >= Nq), so m_new is finite after the first block: no NaN
-        # from (-inf) - (-inf).
-        p = gl.exp2(s - m_new[:, None])
+        m_blk = gl.max(s, axis=1)
     else:
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
-        p = gl.exp2(qk * qk_scale - m_new[:, None])
+        m_blk = gl.max(qk, axis=1) * qk_scale
+    if RESCALE_TH > 0:
+        grow = m_blk > m_i + RESCALE_TH
+        m_new = gl.where(grow, gl.maximum(m_i, m_blk), m_i)
+    else:
+        m_new = gl.maximum(m_i, m_blk)
+    # Every row sees key 0 (Nk >= Nq), so m_new is finite after the first block: no NaN
+    # from (-inf) - (-inf).
+    if MASKED:
+        p = _exp2(s - m_new[:, None], EMULATED)
+    else:
+        p = _exp2(qk * qk_scale - m_new[:, None], EMULATED)
     alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, axis=1)
-    return p, alpha, m_new, l_new
+    grew = gl.max(grow.to(gl.int32), axis=0) if RESCALE_TH > 0 else gl.to_tensor(1)
+    return p, alpha, grew, m_new, l_new
+
+
+@gluon.jit
+def _rescale(acc, alpha, grew, row_o: gl.constexpr, RESCALE_TH: gl.constexpr):
+    """acc * alpha (per row); with conditional rescaling only when some row's max moved."""
+    if RESCALE_TH > 0:
+        if grew > 0:
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    else:
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    return acc
 
 
 @gluon.jit
@@ -103,6 +212,7 @@ def _pipelined_blocks(
     acc,
     p_op,
     alpha,
+    grew,
     m_i,
     l_i,
     q_smem,
@@ -128,6 +238,9 @@ def _pipelined_blocks(
     MASKED: gl.constexpr,
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
 ):
     """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
     P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
@@ -136,7 +249,8 @@ def _pipelined_blocks(
     programs run several tiles through one ring).
 
     Carried in: acc (BLOCK_M, HEAD_DIM) fp32 = sum over blocks < j-1, not yet rescaled by
-    alpha (the factor block j-1's softmax produced); p_op = P_{j-1} as the wgmma A operand.
+    alpha (the factor block j-1's softmax produced) if ``grew`` > 0; p_op = P_{j-1} as the
+    wgmma A operand.
 
     PINGPONG (two consumers): the warpgroups take turns to issue their two wgmmas (the
     ``turns`` mbarriers), so that one's softmax runs while the other's matmuls hold the tensor
@@ -154,8 +268,9 @@ def _pipelined_blocks(
         slot = g % STAGES
         prev = (g - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
-        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        if not EARLY_QK:
+            mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+            acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
         if PINGPONG:
             # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
             # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
@@ -168,19 +283,25 @@ def _pipelined_blocks(
             use_acc=False,
             is_async=True,
         )
+        if EARLY_QK:
+            # The score wgmma goes to the tensor cores first; the rescale of acc (which only
+            # P @ V reads) and the wait for V overlap it.
+            mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+            acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         if PINGPONG:
             mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
         # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
         # through the softmax below.
         qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
-        p, alpha, m_i, l_i = _softmax_step(
-            qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED
-        )
+        p, alpha, grew, m_i, l_i = _softmax_step(
+            qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED, EMULATED,
+            RESCALE_TH,
+        )  # fmt: skip
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         mbarrier.arrive(kv_empty.index(prev), count=1)
         p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
-    return acc, p_op, alpha, m_i, l_i
+    return acc, p_op, alpha, grew, m_i, l_i
 
 
 @gluon.jit
@@ -214,6 +335,9 @@ def _consumer(
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
     PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
 ):
     """One warpgroup, one tile: BLOCK_M query rows starting at ``start_m`` against key blocks
     ``0 .. n_blocks-1`` (blocks ``kv_base ..`` of the program's stream through the ring);
@@ -259,19 +383,25 @@ def _consumer(
         is_async=True,
     )
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
-    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, offs_m, cols, causal_shift, CAUSAL)
+    p, alpha, grew, m_i, l_i = _softmax_step(
+        qk, m_i, l_i, qk_scale, offs_m, cols, causal_shift, CAUSAL, EMULATED, RESCALE_TH
+    )
     p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-    acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
-        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
+    # acc starts at zero: block 0's alpha need not be applied to it.
+    grew = gl.to_tensor(0)
+    acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
+        acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+        turns, kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
+        EMULATED, RESCALE_TH, EARLY_QK,
     )  # fmt: skip
-    acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
-        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
-        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER, PINGPONG,
+    acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
+        acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+        turns, kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m,
+        causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER,
+        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK,
     )  # fmt: skip
     if PERSISTENT:
         # Every score wgmma of this tile has completed (waited for above): Q's slot is free.
@@ -280,7 +410,7 @@ def _consumer(
     # The last block's P @ V.
     last = kv_base + n_blocks - 1
     slot = last % STAGES
-    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
     mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
@@ -385,6 +515,9 @@ def _consumer_partition(
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
     PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
 ):
     """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of each of the program's
     tiles (``first``, ``first + step``, ...)."""
@@ -400,7 +533,8 @@ def _consumer_partition(
             q_bufs.index(CONSUMER), k_smem, v_smem, q_bars.index(CONSUMER),
             q_empty.index(CONSUMER), k_ready, v_ready, kv_empty, turns, desc_o, Out, LSE, row,
             row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks, kv_base, it & 1, qk_scale,
-            CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT,
+            CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT, EMULATED,
+            RESCALE_TH, EARLY_QK,
         )  # fmt: skip
         kv_base += n_blocks
 
@@ -490,6 +624,9 @@ def _attn_fwd_ws(
     CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr,
     PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr = 0,
+    RESCALE_TH: gl.constexpr = 0.0,
+    EARLY_QK: gl.constexpr = False,
 ):
     """desc_q/desc_o: (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with
     (BLOCK_N, D) tiles; Out: the same (B*H*Nq, D) as desc_o; LSE: (B*H*Nq,). A tile is
@@ -538,7 +675,8 @@ def _attn_fwd_ws(
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT,
+                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -547,7 +685,8 @@ def _attn_fwd_ws(
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT,
+                        STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -572,7 +711,8 @@ def _attn_fwd_ws(
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT,
+                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -604,6 +744,9 @@ class GluonConfig:
     consumers: int  # consumer warpgroups per program (1 or 2)
     pingpong: bool = False  # two consumers take turns to issue their wgmmas
     persistent: bool = False  # one program per SM, looping over tiles
+    emulated: int = 0  # of every EXP2_PACK exp2s of a thread, how many by the FMA polynomial
+    rescale: float = 0.0  # > 0: rescale only when a row max grows by more (FA4's conditional)
+    early_qk: bool = False  # issue the score wgmma before rescaling acc for P @ V
 
     @property
     def tile_m(self) -> int:
@@ -623,11 +766,20 @@ class GluonConfig:
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(128, 64, 3, 2),
-        GluonConfig(64, 128, 3, 2),
-        GluonConfig(128, 64, 3, 2, pingpong=True),
         GluonConfig(128, 64, 3, 2, persistent=True),
-        GluonConfig(64, 128, 3, 2, persistent=True),
+        GluonConfig(64, 128, 3, 2),
         GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
+        GluonConfig(128, 64, 3, 2, early_qk=True),
+        GluonConfig(128, 64, 3, 2, rescale=8.0, early_qk=True),
+        GluonConfig(128, 64, 3, 2, emulated=1),
+        GluonConfig(128, 64, 3, 2, emulated=2),
+        GluonConfig(128, 64, 3, 2, emulated=4),
+        GluonConfig(128, 64, 3, 2, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(128, 64, 3, 2, persistent=True, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(64, 128, 3, 2, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(
+            64, 128, 3, 2, pingpong=True, persistent=True, emulated=2, rescale=8.0, early_qk=True
+        ),
     ),
     128: (
         GluonConfig(64, 128, 3, 2),
@@ -726,7 +878,8 @@ def attention_forward(
         CAUSAL=causal, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d,
         STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
         CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
-        PERSISTENT=cfg.persistent,
+        PERSISTENT=cfg.persistent, EMULATED=cfg.emulated, RESCALE_TH=cfg.rescale,
+        EARLY_QK=cfg.early_qk,
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
     )  # fmt: skip
     return o, lse
