@@ -87,6 +87,7 @@ GROUP_HEADS = gl.constexpr(8)
 EXP2_PACK = 8
 EXP2_POLY = (0.6951172947883606, 0.22764353454113007, 0.077068030834198)  # f, f^2, f^3
 _EXP2_PACK = gl.constexpr(EXP2_PACK)
+
 _EXP2_CONSTRAINTS = gl.constexpr(
     ",".join(["=r"] * EXP2_PACK + ["r"] * EXP2_PACK)  # 8 results, then 8 inputs (fp32 bits)
 )
@@ -131,6 +132,17 @@ _EXP2_ASM = tuple(_make_exp2_asm(k) for k in range(EXP2_PACK + 1))
 @triton.constexpr_function
 def _exp2_asm(emulated: int) -> str:
     return _EXP2_ASM[emulated]
+
+
+@triton.constexpr_function
+def _fence_asm(pack: int) -> str:
+    """A CTA-scope acquire-release fence, then ``pack`` moves (the values pass through)."""
+    return "fence.acq_rel.cta;" + "".join(f" mov.b32 ${i}, ${pack + i};" for i in range(pack))
+
+
+@triton.constexpr_function
+def _fence_constraints(pack: int) -> str:
+    return ",".join(["=r"] * pack + ["r"] * pack)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +209,15 @@ def _softmax_step(
 
 
 @gluon.jit
+def _after_fence(x, PACK: gl.constexpr):
+    """x (fp32, PACK elements per thread) unchanged, after a memory fence (not pure: it is
+    neither removed nor moved by the compilers)."""
+    return gl.inline_asm_elementwise(
+        _fence_asm(PACK), _fence_constraints(PACK), [x], gl.float32, False, PACK
+    )
+
+
+@gluon.jit
 def _rescale(acc, alpha, grew, row_o: gl.constexpr, RESCALE_TH: gl.constexpr):
     """acc * alpha (per row); with conditional rescaling only when some row's max moved."""
     if RESCALE_TH > 0:
@@ -205,6 +226,94 @@ def _rescale(acc, alpha, grew, row_o: gl.constexpr, RESCALE_TH: gl.constexpr):
     else:
         acc = acc * gl.convert_layout(alpha, row_o)[:, None]
     return acc
+
+
+@gluon.jit
+def _block(
+    acc,
+    p_op,
+    alpha,
+    grew,
+    m_i,
+    l_i,
+    q_smem,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turns,
+    kv_base,
+    turn_parity,
+    j,
+    qk_scale,
+    offs_m,
+    causal_shift,
+    s_layout: gl.constexpr,
+    o_layout: gl.constexpr,
+    p_layout: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    MASKED: gl.constexpr,
+    CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
+    FENCED: gl.constexpr,
+):
+    """Key block j of ``_pipelined_blocks``; returns P_j as a new value (p_op, P_{j-1}, is
+    read by the P @ V wgmma in flight until the wait at the end)."""
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    # g: the block's number in this program's stream of key blocks (over all its tiles),
+    # which fixes its ring slot and the phase of that slot's barriers.
+    g = kv_base + j
+    slot = g % STAGES
+    prev = (g - 1) % STAGES
+    mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
+    if not EARLY_QK:
+        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+        acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
+    if PINGPONG:
+        # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
+        # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
+        # whose parity is turn_parity ^ ((j - 1) & 1).
+        mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
+    qk = warpgroup_mma(
+        q_smem,
+        k_smem.index(slot).permute((1, 0)),
+        gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+        use_acc=False,
+        is_async=True,
+    )
+    if EARLY_QK:
+        # The score wgmma goes to the tensor cores first; the rescale of acc (which only
+        # P @ V reads) and the wait for V overlap it.
+        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+        acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
+    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
+    # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
+    # through the softmax below.
+    qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
+    p, alpha, grew, m_i, l_i = _softmax_step(
+        qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED, EMULATED,
+        RESCALE_TH,
+    )  # fmt: skip
+    if FENCED:
+        # ptxas schedules the wait below as early as it may, i.e. right after the row max,
+        # above the exponentials: the softmax would then start only once P_{j-1} @ V_{j-1}
+        # is done, and the overlap this loop is built for is lost (seen in the SASS of
+        # the unfenced kernel). It does not move it above a memory fence, so one goes here,
+        # after the softmax (its operand, l, depends on every p), once per thread.
+        l_i = _after_fence(l_i, BLOCK_M // 32)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(kv_empty.index(prev), count=1)
+    p_new = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    return acc, p_new, alpha, grew, m_i, l_i
 
 
 @gluon.jit
@@ -241,6 +350,7 @@ def _pipelined_blocks(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
+    FENCED: gl.constexpr,
 ):
     """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
     P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
@@ -258,49 +368,16 @@ def _pipelined_blocks(
     same number of iterations, so the k-th wait on a turn barrier is for its k-th completion
     (parity k & 1; consumer 0's barrier was completed once before the first tile to let it
     start).
+
+    FENCED: see ``_block``.
     """
-    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     for j in range(lo, hi):
-        # g: the block's number in this program's stream of key blocks (over all its tiles),
-        # which fixes its ring slot and the phase of that slot's barriers.
-        g = kv_base + j
-        slot = g % STAGES
-        prev = (g - 1) % STAGES
-        mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
-        if not EARLY_QK:
-            mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
-            acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
-        if PINGPONG:
-            # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
-            # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
-            # whose parity is turn_parity ^ ((j - 1) & 1).
-            mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
-        qk = warpgroup_mma(
-            q_smem,
-            k_smem.index(slot).permute((1, 0)),
-            gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
-            use_acc=False,
-            is_async=True,
-        )
-        if EARLY_QK:
-            # The score wgmma goes to the tensor cores first; the rescale of acc (which only
-            # P @ V reads) and the wait for V overlap it.
-            mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
-            acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
-        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
-        # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
-        # through the softmax below.
-        qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
-        p, alpha, grew, m_i, l_i = _softmax_step(
-            qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED, EMULATED,
-            RESCALE_TH,
+        acc, p_op, alpha, grew, m_i, l_i = _block(
+            acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready,
+            kv_empty, turns, kv_base, turn_parity, j, qk_scale, offs_m, causal_shift, s_layout,
+            o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, MASKED, CONSUMER, PINGPONG,
+            EMULATED, RESCALE_TH, EARLY_QK, FENCED,
         )  # fmt: skip
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-        mbarrier.arrive(kv_empty.index(prev), count=1)
-        p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
     return acc, p_op, alpha, grew, m_i, l_i
 
 
@@ -338,6 +415,7 @@ def _consumer(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
+    FENCED: gl.constexpr,
 ):
     """One warpgroup, one tile: BLOCK_M query rows starting at ``start_m`` against key blocks
     ``0 .. n_blocks-1`` (blocks ``kv_base ..`` of the program's stream through the ring);
@@ -395,13 +473,13 @@ def _consumer(
         acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
         turns, kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
-        EMULATED, RESCALE_TH, EARLY_QK,
+        EMULATED, RESCALE_TH, EARLY_QK, FENCED,
     )  # fmt: skip
     acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
         turns, kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m,
         causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER,
-        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK,
+        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK, FENCED,
     )  # fmt: skip
     if PERSISTENT:
         # Every score wgmma of this tile has completed (waited for above): Q's slot is free.
@@ -518,6 +596,7 @@ def _consumer_partition(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
+    FENCED: gl.constexpr,
 ):
     """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of each of the program's
     tiles (``first``, ``first + step``, ...)."""
@@ -534,7 +613,7 @@ def _consumer_partition(
             q_empty.index(CONSUMER), k_ready, v_ready, kv_empty, turns, desc_o, Out, LSE, row,
             row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks, kv_base, it & 1, qk_scale,
             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT, EMULATED,
-            RESCALE_TH, EARLY_QK,
+            RESCALE_TH, EARLY_QK, FENCED,
         )  # fmt: skip
         kv_base += n_blocks
 
@@ -627,6 +706,7 @@ def _attn_fwd_ws(
     EMULATED: gl.constexpr = 0,
     RESCALE_TH: gl.constexpr = 0.0,
     EARLY_QK: gl.constexpr = False,
+    FENCED: gl.constexpr = False,
 ):
     """desc_q/desc_o: (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with
     (BLOCK_N, D) tiles; Out: the same (B*H*Nq, D) as desc_o; LSE: (B*H*Nq,). A tile is
@@ -676,7 +756,7 @@ def _attn_fwd_ws(
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK,
+                        EARLY_QK, FENCED,
                     ),
                 ),
                 (
@@ -686,7 +766,7 @@ def _attn_fwd_ws(
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK,
+                        EARLY_QK, FENCED,
                     ),
                 ),
                 (
@@ -712,7 +792,7 @@ def _attn_fwd_ws(
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK,
+                        EARLY_QK, FENCED,
                     ),
                 ),
                 (
@@ -747,6 +827,7 @@ class GluonConfig:
     emulated: int = 0  # of every EXP2_PACK exp2s of a thread, how many by the FMA polynomial
     rescale: float = 0.0  # > 0: rescale only when a row max grows by more (FA4's conditional)
     early_qk: bool = False  # issue the score wgmma before rescaling acc for P @ V
+    fenced: bool = False  # a fence keeps the wait for P @ V after the softmax (see _block)
 
     @property
     def tile_m(self) -> int:
@@ -769,17 +850,18 @@ CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
         GluonConfig(128, 64, 3, 2, persistent=True),
         GluonConfig(64, 128, 3, 2),
         GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
-        GluonConfig(128, 64, 3, 2, early_qk=True),
-        GluonConfig(128, 64, 3, 2, rescale=8.0, early_qk=True),
-        GluonConfig(128, 64, 3, 2, emulated=1),
-        GluonConfig(128, 64, 3, 2, emulated=2),
-        GluonConfig(128, 64, 3, 2, emulated=4),
-        GluonConfig(128, 64, 3, 2, emulated=2, rescale=8.0, early_qk=True),
-        GluonConfig(128, 64, 3, 2, persistent=True, emulated=2, rescale=8.0, early_qk=True),
-        GluonConfig(64, 128, 3, 2, emulated=2, rescale=8.0, early_qk=True),
-        GluonConfig(
-            64, 128, 3, 2, pingpong=True, persistent=True, emulated=2, rescale=8.0, early_qk=True
-        ),
+        GluonConfig(128, 64, 3, 2, fenced=True),
+        GluonConfig(128, 64, 3, 2, fenced=True, early_qk=True),
+        GluonConfig(128, 64, 3, 2, fenced=True, emulated=1),
+        GluonConfig(128, 64, 3, 2, fenced=True, emulated=2),
+        GluonConfig(128, 64, 3, 2, fenced=True, emulated=4),
+        GluonConfig(128, 64, 3, 2, fenced=True, rescale=8.0),
+        GluonConfig(128, 64, 3, 2, fenced=True, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(128, 64, 3, 2, persistent=True, fenced=True),
+        GluonConfig(128, 64, 3, 2, persistent=True, fenced=True, emulated=2),
+        GluonConfig(64, 128, 3, 2, fenced=True),
+        GluonConfig(64, 128, 3, 2, fenced=True, emulated=2),
+        GluonConfig(128, 64, 3, 2, pingpong=True, fenced=True, emulated=2),
     ),
     128: (
         GluonConfig(64, 128, 3, 2),
@@ -879,7 +961,7 @@ def attention_forward(
         STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
         CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
         PERSISTENT=cfg.persistent, EMULATED=cfg.emulated, RESCALE_TH=cfg.rescale,
-        EARLY_QK=cfg.early_qk,
+        EARLY_QK=cfg.early_qk, FENCED=cfg.fenced,
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
     )  # fmt: skip
     return o, lse
