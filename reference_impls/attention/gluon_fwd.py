@@ -134,17 +134,6 @@ def _exp2_asm(emulated: int) -> str:
     return _EXP2_ASM[emulated]
 
 
-@triton.constexpr_function
-def _fence_asm(pack: int) -> str:
-    """A CTA-scope acquire-release fence, then ``pack`` moves (the values pass through)."""
-    return "fence.acq_rel.cta;" + "".join(f" mov.b32 ${i}, ${pack + i};" for i in range(pack))
-
-
-@triton.constexpr_function
-def _fence_constraints(pack: int) -> str:
-    return ",".join(["=r"] * pack + ["r"] * pack)
-
-
 # ---------------------------------------------------------------------------------------------
 # Kernels
 
@@ -209,15 +198,6 @@ def _softmax_step(
 
 
 @gluon.jit
-def _after_fence(x, PACK: gl.constexpr):
-    """x (fp32, PACK elements per thread) unchanged, after a memory fence (not pure: it is
-    neither removed nor moved by the compilers)."""
-    return gl.inline_asm_elementwise(
-        _fence_asm(PACK), _fence_constraints(PACK), [x], gl.float32, False, PACK
-    )
-
-
-@gluon.jit
 def _rescale(acc, alpha, grew, row_o: gl.constexpr, RESCALE_TH: gl.constexpr):
     """acc * alpha (per row); with conditional rescaling only when some row's max moved."""
     if RESCALE_TH > 0:
@@ -261,7 +241,6 @@ def _block(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
-    FENCED: gl.constexpr,
 ):
     """Key block j of ``_pipelined_blocks``; returns P_j as a new value (p_op, P_{j-1}, is
     read by the P @ V wgmma in flight until the wait at the end)."""
@@ -303,13 +282,6 @@ def _block(
         qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED, EMULATED,
         RESCALE_TH,
     )  # fmt: skip
-    if FENCED:
-        # ptxas schedules the wait below as early as it may, i.e. right after the row max,
-        # above the exponentials: the softmax would then start only once P_{j-1} @ V_{j-1}
-        # is done, and the overlap this loop is built for is lost (seen in the SASS of
-        # the unfenced kernel). It does not move it above a memory fence, so one goes here,
-        # after the softmax (its operand, l, depends on every p), once per thread.
-        l_i = _after_fence(l_i, BLOCK_M // 32)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
     mbarrier.arrive(kv_empty.index(prev), count=1)
     p_new = gl.convert_layout(p.to(q_smem.dtype), p_layout)
@@ -350,7 +322,6 @@ def _pipelined_blocks(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
-    FENCED: gl.constexpr,
 ):
     """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
     P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
@@ -368,15 +339,13 @@ def _pipelined_blocks(
     same number of iterations, so the k-th wait on a turn barrier is for its k-th completion
     (parity k & 1; consumer 0's barrier was completed once before the first tile to let it
     start).
-
-    FENCED: see ``_block``.
     """
     for j in range(lo, hi):
         acc, p_op, alpha, grew, m_i, l_i = _block(
             acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready,
             kv_empty, turns, kv_base, turn_parity, j, qk_scale, offs_m, causal_shift, s_layout,
             o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, MASKED, CONSUMER, PINGPONG,
-            EMULATED, RESCALE_TH, EARLY_QK, FENCED,
+            EMULATED, RESCALE_TH, EARLY_QK,
         )  # fmt: skip
     return acc, p_op, alpha, grew, m_i, l_i
 
@@ -415,7 +384,6 @@ def _consumer(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
-    FENCED: gl.constexpr,
 ):
     """One warpgroup, one tile: BLOCK_M query rows starting at ``start_m`` against key blocks
     ``0 .. n_blocks-1`` (blocks ``kv_base ..`` of the program's stream through the ring);
@@ -473,13 +441,13 @@ def _consumer(
         acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
         turns, kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
-        EMULATED, RESCALE_TH, EARLY_QK, FENCED,
+        EMULATED, RESCALE_TH, EARLY_QK,
     )  # fmt: skip
     acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
         turns, kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m,
         causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER,
-        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK, FENCED,
+        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK,
     )  # fmt: skip
     if PERSISTENT:
         # Every score wgmma of this tile has completed (waited for above): Q's slot is free.
@@ -596,7 +564,6 @@ def _consumer_partition(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
-    FENCED: gl.constexpr,
 ):
     """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of each of the program's
     tiles (``first``, ``first + step``, ...)."""
@@ -613,7 +580,7 @@ def _consumer_partition(
             q_empty.index(CONSUMER), k_ready, v_ready, kv_empty, turns, desc_o, Out, LSE, row,
             row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks, kv_base, it & 1, qk_scale,
             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT, EMULATED,
-            RESCALE_TH, EARLY_QK, FENCED,
+            RESCALE_TH, EARLY_QK,
         )  # fmt: skip
         kv_base += n_blocks
 
@@ -706,7 +673,6 @@ def _attn_fwd_ws(
     EMULATED: gl.constexpr = 0,
     RESCALE_TH: gl.constexpr = 0.0,
     EARLY_QK: gl.constexpr = False,
-    FENCED: gl.constexpr = False,
 ):
     """desc_q/desc_o: (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with
     (BLOCK_N, D) tiles; Out: the same (B*H*Nq, D) as desc_o; LSE: (B*H*Nq,). A tile is
@@ -756,7 +722,7 @@ def _attn_fwd_ws(
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK, FENCED,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -766,7 +732,7 @@ def _attn_fwd_ws(
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK, FENCED,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -792,7 +758,7 @@ def _attn_fwd_ws(
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK, FENCED,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -827,7 +793,6 @@ class GluonConfig:
     emulated: int = 0  # of every EXP2_PACK exp2s of a thread, how many by the FMA polynomial
     rescale: float = 0.0  # > 0: rescale only when a row max grows by more (FA4's conditional)
     early_qk: bool = False  # issue the score wgmma before rescaling acc for P @ V
-    fenced: bool = False  # a fence keeps the wait for P @ V after the softmax (see _block)
 
     @property
     def tile_m(self) -> int:
@@ -847,21 +812,11 @@ class GluonConfig:
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(128, 64, 3, 2),
-        GluonConfig(128, 64, 3, 2, persistent=True),
         GluonConfig(64, 128, 3, 2),
+        GluonConfig(128, 64, 3, 2, pingpong=True),
+        GluonConfig(128, 64, 3, 2, persistent=True),
+        GluonConfig(64, 128, 3, 2, persistent=True),
         GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
-        GluonConfig(128, 64, 3, 2, fenced=True),
-        GluonConfig(128, 64, 3, 2, fenced=True, early_qk=True),
-        GluonConfig(128, 64, 3, 2, fenced=True, emulated=1),
-        GluonConfig(128, 64, 3, 2, fenced=True, emulated=2),
-        GluonConfig(128, 64, 3, 2, fenced=True, emulated=4),
-        GluonConfig(128, 64, 3, 2, fenced=True, rescale=8.0),
-        GluonConfig(128, 64, 3, 2, fenced=True, emulated=2, rescale=8.0, early_qk=True),
-        GluonConfig(128, 64, 3, 2, persistent=True, fenced=True),
-        GluonConfig(128, 64, 3, 2, persistent=True, fenced=True, emulated=2),
-        GluonConfig(64, 128, 3, 2, fenced=True),
-        GluonConfig(64, 128, 3, 2, fenced=True, emulated=2),
-        GluonConfig(128, 64, 3, 2, pingpong=True, fenced=True, emulated=2),
     ),
     128: (
         GluonConfig(64, 128, 3, 2),
@@ -869,6 +824,28 @@ CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
         GluonConfig(64, 128, 3, 2, pingpong=True),
         GluonConfig(64, 128, 3, 2, persistent=True),
         GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
+    ),
+}
+
+
+# Levers measured at D=64 on an H200 and not faster than CONFIGS[64] there
+# (docs/benchmarks/attention.md, "D=64 levers"): FlashAttention-4's software exp2 for 1, 2 or 4
+# of every 8 exponentials, its conditional rescaling (threshold 8, base 2) and the score wgmma
+# issued before the rescale of acc, alone and together, on both tilings. Correct (gpu tier),
+# kept so the measurement can be repeated (``gluon_sweep --levers``); not swept by default.
+LEVER_CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
+    64: (
+        GluonConfig(128, 64, 3, 2, emulated=1),
+        GluonConfig(128, 64, 3, 2, emulated=2),
+        GluonConfig(128, 64, 3, 2, emulated=4),
+        GluonConfig(128, 64, 3, 2, rescale=8.0),
+        GluonConfig(128, 64, 3, 2, early_qk=True),
+        GluonConfig(128, 64, 3, 2, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(64, 128, 3, 2, emulated=2),
+        GluonConfig(64, 128, 3, 2, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(
+            64, 128, 3, 2, pingpong=True, persistent=True, emulated=2, rescale=8.0, early_qk=True
+        ),
     ),
 }
 
@@ -961,7 +938,7 @@ def attention_forward(
         STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
         CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
         PERSISTENT=cfg.persistent, EMULATED=cfg.emulated, RESCALE_TH=cfg.rescale,
-        EARLY_QK=cfg.early_qk, FENCED=cfg.fenced,
+        EARLY_QK=cfg.early_qk,
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
     )  # fmt: skip
     return o, lse

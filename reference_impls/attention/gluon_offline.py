@@ -93,7 +93,6 @@ def compile_forward(
         "EMULATED": config.emulated,
         "RESCALE_TH": config.rescale,
         "EARLY_QK": config.early_qk,
-        "FENCED": config.fenced,
     }
     options = {
         "num_warps": gluon_fwd.WARPS_PER_CONSUMER,

@@ -2,6 +2,8 @@
 GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md).
 
     python -m reference_impls.attention.gluon_sweep --parts correct,host,time --json sweep.json
+    python -m reference_impls.attention.gluon_sweep --parts correct,time --dims 64 --levers \
+        --triton --precompile-jobs 16 --lengths 4096,16384 --json levers.json
 
 - ``correct``: each tiling (``gluon_fwd.CONFIGS``) against float64 on small shapes, including
   more tiles than SMs, grouped-query heads and Nq != Nk (output and base-2 log-sum-exp).
@@ -93,12 +95,13 @@ def correctness(
     return rows
 
 
-def _warm_gluon(d: int, dtype_name: str, index: int, shapes: Sequence[tuple]) -> str:
-    """Compile ``gluon_fwd.CONFIGS[d][index]`` into Triton's disk cache for each shape's
+def _warm_gluon(
+    d: int, dtype_name: str, cfg: gluon_fwd.GluonConfig, shapes: Sequence[tuple]
+) -> str:
+    """Compile the forward with ``cfg`` into Triton's disk cache for each shape's
     specialization (lengths, heads and group size divisible by 16 or equal to 1, or neither),
     causal and not, by running it once."""
     dtype = DTYPES[dtype_name]
-    cfg = gluon_fwd.CONFIGS[d][index]
     for b, h, hk, n_q, n_k in shapes:
         q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
         k, v = (torch.randn(b, hk, n_k, d, device="cuda", dtype=dtype) for _ in "kv")
@@ -119,12 +122,7 @@ def precompile_gluon(
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    todo = [
-        (d, t, i, list(shapes))
-        for d in dims
-        for t in dtypes
-        for i in range(len(gluon_fwd.CONFIGS[d]))
-    ]
+    todo = [(d, t, c, list(shapes)) for d in dims for t in dtypes for c in gluon_fwd.CONFIGS[d]]
     with ProcessPoolExecutor(
         max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")
     ) as pool:
@@ -413,6 +411,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default="gluon_sweep.json")
     parser.add_argument("--triton", action="store_true", help="also time the Triton forward")
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="also check and time gluon_fwd.LEVER_CONFIGS (software exp2, conditional rescale)",
+    )
+    parser.add_argument(
+        "--precompile-jobs",
+        type=int,
+        default=0,
+        help="compile every forward tiling in this many worker processes first (0: on first use)",
+    )
     args = parser.parse_args(argv)
     dims = [int(x) for x in args.dims.split(",")]
     result: dict = {
@@ -424,6 +433,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     }
     parts = args.parts.split(",")
+    if args.levers:
+        for d in dims:
+            gluon_fwd.CONFIGS[d] = gluon_fwd.CONFIGS[d] + gluon_fwd.LEVER_CONFIGS.get(d, ())
+    if args.precompile_jobs > 0 and any(p in parts for p in ("correct", "time")):
+        # One shape per specialization the sweep meets: the timing shapes (heads divisible
+        # by 16) and CORRECT_SHAPES (neither; group size 1 or not).
+        warm = [(1, 32, 32, 512, 512), (2, 4, 2, 512, 512), (1, 4, 4, 512, 512)]
+        precompile_gluon(dims, args.dtypes.split(","), warm, args.precompile_jobs)
+        if args.triton and "time" in parts:
+            from reference_impls.attention import bench
+
+            names = [{"bf16": "bfloat16", "fp16": "float16"}[t] for t in args.dtypes.split(",")]
+            bench.precompile(dims, [False, True], names, jobs=args.precompile_jobs, fp8=False)
 
     def save() -> None:
         with open(args.json, "w") as f:
