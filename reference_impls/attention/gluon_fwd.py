@@ -21,6 +21,12 @@ FlashAttention-2 (Dao, 2023, https://arxiv.org/abs/2307.08691): the same online 
   taking turns to issue) measured no faster and is off by default.
 - Causal: blocks left of the diagonal take the loop without masks; only the blocks that
   straddle the diagonal compute one.
+- Options measured at D=64 (run 11 in docs/benchmarks/attention.md): ``early_qk`` issues
+  block j's score wgmma before O is rescaled for P_{j-1} @ V_{j-1} (part of the D=64 default
+  tiling); ``emulated`` computes some exponentials in software on the FMA pipe
+  (FlashAttention-4's polynomial exp2) and ``rescale`` skips the rescale of O while no row
+  max grows by more than a threshold (FlashAttention-4's conditional rescaling): both
+  correct, neither faster on Hopper (``LEVER_CONFIGS``).
 - ``persistent`` tilings launch one program per SM, each looping over tiles (groups of
   ``GROUP_HEADS`` heads, query block as the slow index) through one K/V ring: the producer
   loads the next tile's Q as soon as the consumers' last score wgmma is done, and O is
@@ -792,7 +798,7 @@ class GluonConfig:
     persistent: bool = False  # one program per SM, looping over tiles
     emulated: int = 0  # of every EXP2_PACK exp2s of a thread, how many by the FMA polynomial
     rescale: float = 0.0  # > 0: rescale only when a row max grows by more (FA4's conditional)
-    early_qk: bool = False  # issue the score wgmma before rescaling acc for P @ V
+    early_qk: bool = False  # issue the score wgmma before rescaling acc for P @ V (run 11)
 
     @property
     def tile_m(self) -> int:
@@ -808,9 +814,13 @@ class GluonConfig:
 # 2-slot rings and a single 128-row consumer; 128-row tiles with 128-key blocks spill. The
 # others stay, tested, as the alternatives measured: ping-pong ran -9% to +2% against letting
 # the two warpgroups interleave freely; persistent programs (with or without ping-pong) ran
-# 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b).
+# 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b). At D=64
+# the first entry (ping-pong, persistent, score wgmma first) was the fastest tiling or within
+# 1% of it on every N >= 4096 row of run 11e, 0.94-0.99x cuDNN, 1.00-1.06x the Triton forward;
+# ``auto`` still runs the Triton forward at D=64 (kernel.GLUON_FORWARD_HEAD_DIMS).
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
+        GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True, early_qk=True),
         GluonConfig(128, 64, 3, 2),
         GluonConfig(64, 128, 3, 2),
         GluonConfig(128, 64, 3, 2, pingpong=True),
@@ -828,11 +838,11 @@ CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
 }
 
 
-# Levers measured at D=64 on an H200 and not faster than CONFIGS[64] there
-# (docs/benchmarks/attention.md, "D=64 levers"): FlashAttention-4's software exp2 for 1, 2 or 4
-# of every 8 exponentials, its conditional rescaling (threshold 8, base 2) and the score wgmma
-# issued before the rescale of acc, alone and together, on both tilings. Correct (gpu tier),
-# kept so the measurement can be repeated (``gluon_sweep --levers``); not swept by default.
+# Levers measured at D=64 on an H200 (docs/benchmarks/attention.md, run 11) and not faster
+# than CONFIGS[64][0] there: FlashAttention-4's software exp2 for 1, 2 or 4 of every 8
+# exponentials, its conditional rescaling (threshold 8, base 2), and the score wgmma issued
+# first on the 128/64 tiling, alone and together. Correct (gpu tier), kept so that the
+# measurement can be repeated (``gluon_sweep --levers``); not swept by default.
 LEVER_CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(128, 64, 3, 2, emulated=1),

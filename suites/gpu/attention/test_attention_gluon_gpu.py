@@ -138,8 +138,10 @@ def test_software_exp2_and_conditional_rescale_match_float64(gluon_fwd, attn, dt
             print(f"{cfg} causal={causal} {dtype}: {err:.2e} (default tiling {err0:.2e})")
             assert err <= FWD_TOL[dtype], (cfg, causal, err)
             assert err <= 1.25 * err0 + 1e-4, (cfg, causal, err, err0)
-            # The log-sum-exp with a stale running max: m + log2(l) still matches.
-            assert (lse - lse0).abs().max().item() <= 1e-4, (cfg, causal)
+            # The log-sum-exp with a stale running max: m + log2(l) still matches, up to the
+            # polynomial's relative error in l (8.6e-5, i.e. 1.2e-4 in log2 units) and fp32
+            # rounding of values near 100 (7.6e-6 apart).
+            assert (lse - lse0).abs().max().item() <= 2.5e-4, (cfg, causal)
 
 
 def test_auto_picks_gluon_only_where_it_measured_faster(attn):
