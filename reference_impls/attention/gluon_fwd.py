@@ -21,6 +21,12 @@ FlashAttention-2 (Dao, 2023, https://arxiv.org/abs/2307.08691): the same online 
   taking turns to issue) measured no faster and is off by default.
 - Causal: blocks left of the diagonal take the loop without masks; only the blocks that
   straddle the diagonal compute one.
+- Options measured at D=64 (run 11 in docs/benchmarks/attention.md): ``early_qk`` issues
+  block j's score wgmma before O is rescaled for P_{j-1} @ V_{j-1} (part of the D=64 default
+  tiling); ``emulated`` computes some exponentials in software on the FMA pipe
+  (FlashAttention-4's polynomial exp2) and ``rescale`` skips the rescale of O while no row
+  max grows by more than a threshold (FlashAttention-4's conditional rescaling): both
+  correct, neither faster on Hopper (``LEVER_CONFIGS``).
 - ``persistent`` tilings launch one program per SM, each looping over tiles (groups of
   ``GROUP_HEADS`` heads, query block as the slow index) through one K/V ring: the producer
   loads the next tile's Q as soon as the consumers' last score wgmma is done, and O is
@@ -41,8 +47,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import struct
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -74,28 +82,216 @@ KERNEL_MAXNREG = {1: 248, 2: 168}
 GROUP_HEADS = gl.constexpr(8)
 
 
+# Software exp2 (FlashAttention-4's trick): on Hopper the MUFU unit computes 16 exp2 per clock
+# per SM, against 128 fp32 FMAs; at D=64 a score tile's exp2s take as long as its two matmuls.
+# ``EMULATED`` of every ``EXP2_PACK`` consecutive scores of a thread go through a polynomial on
+# the FMA pipe instead: x = j + f with j = floor(x) (one add rounding down against 1.5 * 2**23,
+# whose low mantissa bits then hold j), 2**f on [0, 1) by a degree-3 minimax polynomial (p(0) =
+# 1 exactly; relative error 8.6e-5, under bf16's and fp16's rounding of P), and 2**j added to
+# the exponent field as an integer (j << 23). x is clamped at -127 first, which makes
+# exp2(-inf) (masked scores) exactly 0: 1.0's bits minus 127 << 23. Inputs are <= 0 here.
+EXP2_PACK = 8
+EXP2_POLY = (0.6951172947883606, 0.22764353454113007, 0.077068030834198)  # f, f^2, f^3
+_EXP2_PACK = gl.constexpr(EXP2_PACK)
+
+_EXP2_CONSTRAINTS = gl.constexpr(
+    ",".join(["=r"] * EXP2_PACK + ["r"] * EXP2_PACK)  # 8 results, then 8 inputs (fp32 bits)
+)
+
+
+def _f32(x: float) -> str:
+    """x as a PTX fp32 literal (0f + its bits in hex)."""
+    return f"0f{struct.unpack('<I', struct.pack('<f', x))[0]:08X}"
+
+
+def _make_exp2_asm(emulated: int) -> str:
+    """PTX for EXP2_PACK exp2s, ``emulated`` of them by the polynomial, spread over the pack."""
+    soft = set()
+    if emulated:
+        soft = {i * EXP2_PACK // emulated for i in range(emulated)}
+    c1, c2, c3 = (_f32(c) for c in EXP2_POLY)
+    magic = _f32(1.5 * 2**23)
+    lines = []
+    for i in range(EXP2_PACK):
+        out, x = f"${i}", f"${EXP2_PACK + i}"
+        if i not in soft:
+            lines.append(f"ex2.approx.ftz.f32 {out}, {x};")
+            continue
+        lines.append(
+            "{ .reg .f32 xc, j, fl, fr, p; .reg .b32 jb, pb; "
+            f"max.ftz.f32 xc, {x}, {_f32(-127.0)}; "
+            f"add.rm.ftz.f32 j, xc, {magic}; "
+            f"sub.ftz.f32 fl, j, {magic}; "
+            "sub.ftz.f32 fr, xc, fl; "
+            f"fma.rn.ftz.f32 p, fr, {c3}, {c2}; "
+            f"fma.rn.ftz.f32 p, p, fr, {c1}; "
+            f"fma.rn.ftz.f32 p, p, fr, {_f32(1.0)}; "
+            "mov.b32 jb, j; shl.b32 jb, jb, 23; mov.b32 pb, p; "
+            f"add.s32 {out}, pb, jb; }}"
+        )
+    return "\n".join(lines)
+
+
+_EXP2_ASM = tuple(_make_exp2_asm(k) for k in range(EXP2_PACK + 1))
+
+
+@triton.constexpr_function
+def _exp2_asm(emulated: int) -> str:
+    return _EXP2_ASM[emulated]
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernels
 
 
 @gluon.jit
-def _softmax_step(qk, m_i, l_i, qk_scale, offs_m, offs_n, causal_shift, MASKED: gl.constexpr):
+def _exp2(x, EMULATED: gl.constexpr):
+    """exp2 of an fp32 tensor: on the MUFU unit, or for EMULATED of every 8 elements of each
+    thread in software on the FMA pipe (``_exp2_asm``)."""
+    if EMULATED == 0:
+        return gl.exp2(x)
+    else:
+        return gl.inline_asm_elementwise(
+            _exp2_asm(EMULATED), _EXP2_CONSTRAINTS, [x], gl.float32, True, _EXP2_PACK
+        )
+
+
+@gluon.jit
+def _softmax_step(
+    qk,
+    m_i,
+    l_i,
+    qk_scale,
+    offs_m,
+    offs_n,
+    causal_shift,
+    MASKED: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+):
     """One block's online softmax. qk: (BLOCK_M, BLOCK_N) fp32 raw scores; m_i, l_i: (BLOCK_M,)
-    running max (base-2 units) and sum. Returns (p, alpha, m_new, l_new), p unnormalised."""
+    running max (base-2 units) and sum. Returns (p, alpha, grew, m_new, l_new), p
+    unnormalised; ``acc`` must be multiplied by alpha (per row) iff ``grew`` > 0.
+
+    RESCALE_TH > 0 (FlashAttention-4's conditional rescaling): a row's running max moves only
+    when this block's max exceeds it by more than RESCALE_TH (base 2); otherwise the old max
+    stays (alpha = 1) and p may reach 2**RESCALE_TH (well inside fp16/bf16 range). Exact
+    either way: lse = m + log2(l) and O = acc / l for whichever m was used. ``grew`` (one
+    scalar for the warpgroup, reduced after the exponentials so that they need not wait for
+    it) says whether any row moved, i.e. whether acc must be rescaled at all."""
     if MASKED:
         # Causal only: ragged lengths never reach this kernel (``supports``).
         keep = offs_n[None, :] <= offs_m[:, None] + causal_shift
         s = gl.where(keep, qk * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        # Every row sees key 0 (Nk >= Nq), so m_new is finite after the first block: no NaN
-        # from (-inf) - (-inf).
-        p = gl.exp2(s - m_new[:, None])
+        m_blk = gl.max(s, axis=1)
     else:
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
-        p = gl.exp2(qk * qk_scale - m_new[:, None])
+        m_blk = gl.max(qk, axis=1) * qk_scale
+    if RESCALE_TH > 0:
+        grow = m_blk > m_i + RESCALE_TH
+        m_new = gl.where(grow, gl.maximum(m_i, m_blk), m_i)
+    else:
+        m_new = gl.maximum(m_i, m_blk)
+    # Every row sees key 0 (Nk >= Nq), so m_new is finite after the first block: no NaN
+    # from (-inf) - (-inf).
+    if MASKED:
+        p = _exp2(s - m_new[:, None], EMULATED)
+    else:
+        p = _exp2(qk * qk_scale - m_new[:, None], EMULATED)
     alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, axis=1)
-    return p, alpha, m_new, l_new
+    grew = gl.max(grow.to(gl.int32), axis=0) if RESCALE_TH > 0 else gl.to_tensor(1)
+    return p, alpha, grew, m_new, l_new
+
+
+@gluon.jit
+def _rescale(acc, alpha, grew, row_o: gl.constexpr, RESCALE_TH: gl.constexpr):
+    """acc * alpha (per row); with conditional rescaling only when some row's max moved."""
+    if RESCALE_TH > 0:
+        if grew > 0:
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    else:
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    return acc
+
+
+@gluon.jit
+def _block(
+    acc,
+    p_op,
+    alpha,
+    grew,
+    m_i,
+    l_i,
+    q_smem,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turns,
+    kv_base,
+    turn_parity,
+    j,
+    qk_scale,
+    offs_m,
+    causal_shift,
+    s_layout: gl.constexpr,
+    o_layout: gl.constexpr,
+    p_layout: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    MASKED: gl.constexpr,
+    CONSUMER: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
+):
+    """Key block j of ``_pipelined_blocks``; returns P_j as a new value (p_op, P_{j-1}, is
+    read by the P @ V wgmma in flight until the wait at the end)."""
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    # g: the block's number in this program's stream of key blocks (over all its tiles),
+    # which fixes its ring slot and the phase of that slot's barriers.
+    g = kv_base + j
+    slot = g % STAGES
+    prev = (g - 1) % STAGES
+    mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
+    if not EARLY_QK:
+        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+        acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
+    if PINGPONG:
+        # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
+        # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
+        # whose parity is turn_parity ^ ((j - 1) & 1).
+        mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
+    qk = warpgroup_mma(
+        q_smem,
+        k_smem.index(slot).permute((1, 0)),
+        gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+        use_acc=False,
+        is_async=True,
+    )
+    if EARLY_QK:
+        # The score wgmma goes to the tensor cores first; the rescale of acc (which only
+        # P @ V reads) and the wait for V overlap it.
+        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+        acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
+    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
+    # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
+    # through the softmax below.
+    qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
+    p, alpha, grew, m_i, l_i = _softmax_step(
+        qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED, EMULATED,
+        RESCALE_TH,
+    )  # fmt: skip
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(kv_empty.index(prev), count=1)
+    p_new = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    return acc, p_new, alpha, grew, m_i, l_i
 
 
 @gluon.jit
@@ -103,6 +299,7 @@ def _pipelined_blocks(
     acc,
     p_op,
     alpha,
+    grew,
     m_i,
     l_i,
     q_smem,
@@ -128,6 +325,9 @@ def _pipelined_blocks(
     MASKED: gl.constexpr,
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
 ):
     """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
     P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
@@ -136,7 +336,8 @@ def _pipelined_blocks(
     programs run several tiles through one ring).
 
     Carried in: acc (BLOCK_M, HEAD_DIM) fp32 = sum over blocks < j-1, not yet rescaled by
-    alpha (the factor block j-1's softmax produced); p_op = P_{j-1} as the wgmma A operand.
+    alpha (the factor block j-1's softmax produced) if ``grew`` > 0; p_op = P_{j-1} as the
+    wgmma A operand.
 
     PINGPONG (two consumers): the warpgroups take turns to issue their two wgmmas (the
     ``turns`` mbarriers), so that one's softmax runs while the other's matmuls hold the tensor
@@ -145,42 +346,14 @@ def _pipelined_blocks(
     (parity k & 1; consumer 0's barrier was completed once before the first tile to let it
     start).
     """
-    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     for j in range(lo, hi):
-        # g: the block's number in this program's stream of key blocks (over all its tiles),
-        # which fixes its ring slot and the phase of that slot's barriers.
-        g = kv_base + j
-        slot = g % STAGES
-        prev = (g - 1) % STAGES
-        mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
-        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        if PINGPONG:
-            # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
-            # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
-            # whose parity is turn_parity ^ ((j - 1) & 1).
-            mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
-        qk = warpgroup_mma(
-            q_smem,
-            k_smem.index(slot).permute((1, 0)),
-            gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
-            use_acc=False,
-            is_async=True,
-        )
-        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
-        # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
-        # through the softmax below.
-        qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
-        p, alpha, m_i, l_i = _softmax_step(
-            qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED
-        )
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-        mbarrier.arrive(kv_empty.index(prev), count=1)
-        p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
-    return acc, p_op, alpha, m_i, l_i
+        acc, p_op, alpha, grew, m_i, l_i = _block(
+            acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready,
+            kv_empty, turns, kv_base, turn_parity, j, qk_scale, offs_m, causal_shift, s_layout,
+            o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, MASKED, CONSUMER, PINGPONG,
+            EMULATED, RESCALE_TH, EARLY_QK,
+        )  # fmt: skip
+    return acc, p_op, alpha, grew, m_i, l_i
 
 
 @gluon.jit
@@ -214,6 +387,9 @@ def _consumer(
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
     PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
 ):
     """One warpgroup, one tile: BLOCK_M query rows starting at ``start_m`` against key blocks
     ``0 .. n_blocks-1`` (blocks ``kv_base ..`` of the program's stream through the ring);
@@ -259,19 +435,25 @@ def _consumer(
         is_async=True,
     )
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
-    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, offs_m, cols, causal_shift, CAUSAL)
+    p, alpha, grew, m_i, l_i = _softmax_step(
+        qk, m_i, l_i, qk_scale, offs_m, cols, causal_shift, CAUSAL, EMULATED, RESCALE_TH
+    )
     p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-    acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
-        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
+    # acc starts at zero: block 0's alpha need not be applied to it.
+    grew = gl.to_tensor(0)
+    acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
+        acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+        turns, kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
+        EMULATED, RESCALE_TH, EARLY_QK,
     )  # fmt: skip
-    acc, p_op, alpha, m_i, l_i = _pipelined_blocks(
-        acc, p_op, alpha, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, turns,
-        kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m, causal_shift,
-        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER, PINGPONG,
+    acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
+        acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+        turns, kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m,
+        causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER,
+        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK,
     )  # fmt: skip
     if PERSISTENT:
         # Every score wgmma of this tile has completed (waited for above): Q's slot is free.
@@ -280,7 +462,7 @@ def _consumer(
     # The last block's P @ V.
     last = kv_base + n_blocks - 1
     slot = last % STAGES
-    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
     mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
@@ -385,6 +567,9 @@ def _consumer_partition(
     CONSUMER: gl.constexpr,
     PINGPONG: gl.constexpr,
     PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
 ):
     """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of each of the program's
     tiles (``first``, ``first + step``, ...)."""
@@ -400,7 +585,8 @@ def _consumer_partition(
             q_bufs.index(CONSUMER), k_smem, v_smem, q_bars.index(CONSUMER),
             q_empty.index(CONSUMER), k_ready, v_ready, kv_empty, turns, desc_o, Out, LSE, row,
             row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks, kv_base, it & 1, qk_scale,
-            CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT,
+            CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT, EMULATED,
+            RESCALE_TH, EARLY_QK,
         )  # fmt: skip
         kv_base += n_blocks
 
@@ -490,6 +676,9 @@ def _attn_fwd_ws(
     CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr,
     PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr = 0,
+    RESCALE_TH: gl.constexpr = 0.0,
+    EARLY_QK: gl.constexpr = False,
 ):
     """desc_q/desc_o: (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with
     (BLOCK_N, D) tiles; Out: the same (B*H*Nq, D) as desc_o; LSE: (B*H*Nq,). A tile is
@@ -538,7 +727,8 @@ def _attn_fwd_ws(
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT,
+                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -547,7 +737,8 @@ def _attn_fwd_ws(
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT,
+                        STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -572,7 +763,8 @@ def _attn_fwd_ws(
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
                         v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT,
+                        STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
+                        EARLY_QK,
                     ),
                 ),
                 (
@@ -604,6 +796,9 @@ class GluonConfig:
     consumers: int  # consumer warpgroups per program (1 or 2)
     pingpong: bool = False  # two consumers take turns to issue their wgmmas
     persistent: bool = False  # one program per SM, looping over tiles
+    emulated: int = 0  # of every EXP2_PACK exp2s of a thread, how many by the FMA polynomial
+    rescale: float = 0.0  # > 0: rescale only when a row max grows by more (FA4's conditional)
+    early_qk: bool = False  # issue the score wgmma before rescaling acc for P @ V (run 11)
 
     @property
     def tile_m(self) -> int:
@@ -619,9 +814,13 @@ class GluonConfig:
 # 2-slot rings and a single 128-row consumer; 128-row tiles with 128-key blocks spill. The
 # others stay, tested, as the alternatives measured: ping-pong ran -9% to +2% against letting
 # the two warpgroups interleave freely; persistent programs (with or without ping-pong) ran
-# 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b).
+# 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b). At D=64
+# the first entry (ping-pong, persistent, score wgmma first) was the fastest tiling or within
+# 1% of it on every N >= 4096 row of run 11e, 0.94-0.99x cuDNN, 1.00-1.06x the Triton forward;
+# ``auto`` still runs the Triton forward at D=64 (kernel.GLUON_FORWARD_HEAD_DIMS).
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
+        GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True, early_qk=True),
         GluonConfig(128, 64, 3, 2),
         GluonConfig(64, 128, 3, 2),
         GluonConfig(128, 64, 3, 2, pingpong=True),
@@ -635,6 +834,28 @@ CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
         GluonConfig(64, 128, 3, 2, pingpong=True),
         GluonConfig(64, 128, 3, 2, persistent=True),
         GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True),
+    ),
+}
+
+
+# Levers measured at D=64 on an H200 (docs/benchmarks/attention.md, run 11) and not faster
+# than CONFIGS[64][0] there: FlashAttention-4's software exp2 for 1, 2 or 4 of every 8
+# exponentials, its conditional rescaling (threshold 8, base 2), and the score wgmma issued
+# first on the 128/64 tiling, alone and together. Correct (gpu tier), kept so that the
+# measurement can be repeated (``gluon_sweep --levers``); not swept by default.
+LEVER_CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
+    64: (
+        GluonConfig(128, 64, 3, 2, emulated=1),
+        GluonConfig(128, 64, 3, 2, emulated=2),
+        GluonConfig(128, 64, 3, 2, emulated=4),
+        GluonConfig(128, 64, 3, 2, rescale=8.0),
+        GluonConfig(128, 64, 3, 2, early_qk=True),
+        GluonConfig(128, 64, 3, 2, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(64, 128, 3, 2, emulated=2),
+        GluonConfig(64, 128, 3, 2, emulated=2, rescale=8.0, early_qk=True),
+        GluonConfig(
+            64, 128, 3, 2, pingpong=True, persistent=True, emulated=2, rescale=8.0, early_qk=True
+        ),
     ),
 }
 
@@ -726,7 +947,8 @@ def attention_forward(
         CAUSAL=causal, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d,
         STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
         CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
-        PERSISTENT=cfg.persistent,
+        PERSISTENT=cfg.persistent, EMULATED=cfg.emulated, RESCALE_TH=cfg.rescale,
+        EARLY_QK=cfg.early_qk,
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
     )  # fmt: skip
     return o, lse

@@ -90,6 +90,9 @@ def compile_forward(
         "CONSUMER_REGS": gluon_fwd.CONSUMER_REGS[config.consumers],
         "PINGPONG": config.pingpong,
         "PERSISTENT": config.persistent,
+        "EMULATED": config.emulated,
+        "RESCALE_TH": config.rescale,
+        "EARLY_QK": config.early_qk,
     }
     options = {
         "num_warps": gluon_fwd.WARPS_PER_CONSUMER,

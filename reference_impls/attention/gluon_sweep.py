@@ -2,6 +2,8 @@
 GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md).
 
     python -m reference_impls.attention.gluon_sweep --parts correct,host,time --json sweep.json
+    python -m reference_impls.attention.gluon_sweep --parts correct,time --dims 64 --levers \
+        --triton --precompile-jobs 16 --lengths 4096,16384 --json levers.json
 
 - ``correct``: each tiling (``gluon_fwd.CONFIGS``) against float64 on small shapes, including
   more tiles than SMs, grouped-query heads and Nq != Nk (output and base-2 log-sum-exp).
@@ -35,6 +37,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from reference_impls.attention import gluon_bwd, gluon_fwd, kernel
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
 
 def _reference(q, k, v, causal):
     """(o, lse in base 2) in float64."""
@@ -49,31 +53,81 @@ def _reference(q, k, v, causal):
     return torch.softmax(s, -1) @ vv, torch.logsumexp(s, -1) / math.log(2)
 
 
-def correctness(dims: Sequence[int]) -> list[dict]:
+CORRECT_SHAPES = [(2, 4, 2, 1024, 1024), (3, 5, 5, 1024, 1024), (1, 4, 4, 512, 2048)]
+"""(B, H, Hkv, Nq, Nk): grouped-query heads, more tiles than SMs, Nq != Nk."""
+
+# Relative error of the output against float64 that a correct kernel stays under: what the
+# Triton and Gluon kernels give (bf16 ~2.3e-3, fp16 ~2.8e-4) plus a little; the suite's
+# tolerances (attention_cases.FWD_TOL) are 1.6e-2 and 2e-3.
+CORRECT_TOL = {torch.bfloat16: 3e-3, torch.float16: 5e-4}
+
+
+def correctness(
+    dims: Sequence[int],
+    dtypes: Sequence[str] = ("bf16",),
+    shapes: Sequence[tuple[int, int, int, int, int]] = tuple(CORRECT_SHAPES),
+) -> list[dict]:
     torch.manual_seed(0)
-    shapes = [(2, 4, 2, 1024, 1024), (3, 5, 5, 1024, 1024), (1, 4, 4, 512, 2048)]
     rows = []
-    for d in dims:
-        for cfg in gluon_fwd.CONFIGS[d]:
-            for b, h, hk, n_q, n_k in shapes:
-                for causal in (False, True):
-                    q = torch.randn(b, h, n_q, d, device="cuda", dtype=torch.bfloat16)
-                    k, v = (torch.randn(b, hk, n_k, d, device="cuda").to(q.dtype) for _ in "kv")
-                    if not gluon_fwd.supports(q, k, v, causal, cfg):
-                        continue
-                    o, lse = gluon_fwd.attention_forward(q, k, v, causal, 1 / math.sqrt(d), cfg)
-                    ref, ref_lse = _reference(q, k, v, causal)
-                    err = ((o.double() - ref).norm() / ref.norm()).item()
-                    lse_err = (lse.double() - ref_lse).abs().max().item()
-                    # bf16 output: the suite's bf16 tolerance (attention_cases.FWD_TOL) is
-                    # 1.6e-2; 3e-3 is what a correct kernel gives (~2.3e-3) plus a little.
-                    ok = err <= 3e-3 and lse_err <= 1e-4
-                    rows.append(
-                        {"d": d, "config": str(cfg), "shape": [b, h, hk, n_q, n_k],
-                         "causal": causal, "err": err, "lse_err": lse_err, "ok": ok}
-                    )  # fmt: skip
-                    print("correct", ok, d, cfg, (b, h, hk, n_q, n_k), causal, err, flush=True)
+    for dtype_name in dtypes:
+        dtype = DTYPES[dtype_name]
+        for d in dims:
+            for cfg in gluon_fwd.CONFIGS[d]:
+                for b, h, hk, n_q, n_k in shapes:
+                    for causal in (False, True):
+                        q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+                        k, v = (torch.randn(b, hk, n_k, d, device="cuda").to(dtype) for _ in "kv")
+                        if not gluon_fwd.supports(q, k, v, causal, cfg):
+                            continue
+                        o, lse = gluon_fwd.attention_forward(q, k, v, causal, 1 / math.sqrt(d), cfg)
+                        ref, ref_lse = _reference(q, k, v, causal)
+                        err = ((o.double() - ref).norm() / ref.norm()).item()
+                        max_abs = (o.double() - ref).abs().max().item()
+                        lse_err = (lse.double() - ref_lse).abs().max().item()
+                        ok = err <= CORRECT_TOL[dtype] and lse_err <= 1e-4
+                        rows.append(
+                            {"dtype": dtype_name, "d": d, "config": str(cfg),
+                             "shape": [b, h, hk, n_q, n_k], "causal": causal, "err": err,
+                             "max_abs": max_abs, "lse_err": lse_err, "ok": ok}
+                        )  # fmt: skip
+                        print("correct", ok, dtype_name, d, cfg, (b, h, hk, n_q, n_k), causal,
+                              f"{err:.3e} {max_abs:.3e} {lse_err:.2e}", flush=True)  # fmt: skip
     return rows
+
+
+def _warm_gluon(
+    d: int, dtype_name: str, cfg: gluon_fwd.GluonConfig, shapes: Sequence[tuple]
+) -> str:
+    """Compile the forward with ``cfg`` into Triton's disk cache for each shape's
+    specialization (lengths, heads and group size divisible by 16 or equal to 1, or neither),
+    causal and not, by running it once."""
+    dtype = DTYPES[dtype_name]
+    for b, h, hk, n_q, n_k in shapes:
+        q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(b, hk, n_k, d, device="cuda", dtype=dtype) for _ in "kv")
+        for causal in (False, True):
+            if gluon_fwd.supports(q, k, v, causal, cfg):
+                gluon_fwd.attention_forward(q, k, v, causal, 1 / math.sqrt(d), cfg)
+    torch.cuda.synchronize()
+    return f"d={d} {dtype_name} {cfg}"
+
+
+def precompile_gluon(
+    dims: Sequence[int], dtypes: Sequence[str], shapes: Sequence[tuple], jobs: int
+) -> None:
+    """Every tiling of ``gluon_fwd.CONFIGS`` compiled in ``jobs`` worker processes (each
+    compile takes seconds; one process would take minutes for a sweep), so that the sweep's
+    first calls only load them. ``shapes`` should include one of each specialization the
+    sweep will meet (see ``_warm_gluon``)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    todo = [(d, t, c, list(shapes)) for d in dims for t in dtypes for c in gluon_fwd.CONFIGS[d]]
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")
+    ) as pool:
+        for done in pool.map(_warm_gluon, *zip(*todo, strict=True)):
+            print("compiled", done, flush=True)
 
 
 def _host_fns(q, k, v) -> dict[str, Callable[[], object]]:
@@ -357,6 +411,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default="gluon_sweep.json")
     parser.add_argument("--triton", action="store_true", help="also time the Triton forward")
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="also check and time gluon_fwd.LEVER_CONFIGS (software exp2, conditional rescale)",
+    )
+    parser.add_argument(
+        "--precompile-jobs",
+        type=int,
+        default=0,
+        help="compile every forward tiling in this many worker processes first (0: on first use)",
+    )
     args = parser.parse_args(argv)
     dims = [int(x) for x in args.dims.split(",")]
     result: dict = {
@@ -368,13 +433,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     }
     parts = args.parts.split(",")
+    if args.levers:
+        for d in dims:
+            gluon_fwd.CONFIGS[d] = gluon_fwd.CONFIGS[d] + gluon_fwd.LEVER_CONFIGS.get(d, ())
+    if args.precompile_jobs > 0 and any(p in parts for p in ("correct", "time")):
+        # One shape per specialization the sweep meets: the timing shapes (heads divisible
+        # by 16) and CORRECT_SHAPES (neither; group size 1 or not).
+        warm = [(1, 32, 32, 512, 512), (2, 4, 2, 512, 512), (1, 4, 4, 512, 512)]
+        precompile_gluon(dims, args.dtypes.split(","), warm, args.precompile_jobs)
+        if args.triton and "time" in parts:
+            from reference_impls.attention import bench
+
+            names = [{"bf16": "bfloat16", "fp16": "float16"}[t] for t in args.dtypes.split(",")]
+            bench.precompile(dims, [False, True], names, jobs=args.precompile_jobs, fp8=False)
 
     def save() -> None:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
 
     if "correct" in parts:
-        result["correct"] = correctness(dims)
+        result["correct"] = correctness(dims, args.dtypes.split(","))
         save()
     if "host" in parts:
         result["host"] = host_cost(dims)

@@ -114,6 +114,36 @@ def test_every_tiling_matches_float64(gluon_fwd, attn, d):
             assert (lse.double() - lse_ref).abs().max().item() <= 1e-4, (cfg, causal)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_software_exp2_and_conditional_rescale_match_float64(gluon_fwd, attn, dtype):
+    # gluon_fwd.LEVER_CONFIGS (not dispatched; measured no faster): some exponentials by a
+    # polynomial on the FMA pipe instead of MUFU, the rescale skipped unless a row max grows by
+    # more than 2**8. Scores scaled up (q * 16: a standard deviation of ~23 in base-2 units,
+    # against 1.4) so that exp2 meets arguments below -126 (the clamp) and row maxima grow by
+    # more than 8 between key blocks (the rescale branch is taken, and skipped elsewhere).
+    # Each must stay as close to float64 as the default tiling on the same inputs: a wrong
+    # coefficient or exponent shift would cost far more than that margin.
+    levers = gluon_fwd.LEVER_CONFIGS[64]
+    for cfg in (levers[5], levers[-1]):  # 128/64 with all three; 64/128 ping-pong persistent
+        for causal in (False, True):
+            shape = (2, 4, 2, 1024, 1024, 64, causal)
+            q, k, v = _inputs(shape, dtype, seed=7)
+            q = q * 16
+            assert gluon_fwd.supports(q, k, v, causal, cfg)
+            scale = 1 / math.sqrt(64)
+            o, lse = gluon_fwd.attention_forward(q, k, v, causal, scale, config=cfg)
+            o0, lse0 = gluon_fwd.attention_forward(q, k, v, causal, scale)
+            ref = attn.reference_attention(q.double(), k.double(), v.double(), causal=causal)
+            err, err0 = rel_error(o, ref), rel_error(o0, ref)
+            print(f"{cfg} causal={causal} {dtype}: {err:.2e} (default tiling {err0:.2e})")
+            assert err <= FWD_TOL[dtype], (cfg, causal, err)
+            assert err <= 1.25 * err0 + 1e-4, (cfg, causal, err, err0)
+            # The log-sum-exp with a stale running max: m + log2(l) still matches, up to the
+            # polynomial's relative error in l (8.6e-5, i.e. 1.2e-4 in log2 units) and fp32
+            # rounding of values near 100 (7.6e-6 apart).
+            assert (lse - lse0).abs().max().item() <= 2.5e-4, (cfg, causal)
+
+
 def test_auto_picks_gluon_only_where_it_measured_faster(attn):
     from reference_impls.attention import kernel
 
