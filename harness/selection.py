@@ -57,7 +57,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from harness import layout as _layout
-from harness.impact import ImpactMap
+from harness.impact import ImpactMap, names_run_at_import
 
 __all__ = [
     "ALWAYS_EVERYTHING",
@@ -388,6 +388,10 @@ class ImportGraph:
         """Every module that reaches one of ``changed``."""
         return _reverse_closure(self.imports, changed)
 
+    def trees(self) -> list[ast.Module]:
+        """The parsed modules (those that parse)."""
+        return [tree for tree in self._trees.values() if tree is not None]
+
     def declares_runs_pytest(self, module: str) -> bool:
         """Whether the module says ``RUNS_PYTEST = True`` (see :func:`_runs_pytest`)."""
         return _declares_runs_pytest(self._trees.get(module))
@@ -631,10 +635,13 @@ def select(
         unusable = impact.usable_for(base)
         if unusable:
             notes.append(f"{unusable}: the import graph selects")
+        at_import = names_run_at_import(graph.trees(), graph.tops) if not unusable else set()
         for module, rel in sorted(code_touched.items()) if not unusable else ():
             if layout.is_test_file(rel) or module in data_touched:
                 continue
-            hit = impact.module(rel, _base_source(root, base, rel), _head_source(root, rel))
+            hit = impact.module(
+                rel, _base_source(root, base, rel), _head_source(root, rel), at_import
+            )
             if hit.tests is None:
                 notes.append(f"{hit.reason}: the import graph selects")
                 continue

@@ -19,7 +19,10 @@ narrows such a change to the test files that actually ran the changed code:
   difference between the base and the head is inside the bodies of existing units (the
   module's other code, signatures, decorators, the set of units all equal, compared on the
   syntax tree, so comments and blank lines count for nothing), each changed unit was run by
-  at least one test, and none of them ambiently. The module's selected test files are then
+  at least one test, none of them ambiently, and none may run at import
+  (:func:`names_run_at_import`: import-time code runs in whichever test imported the module
+  first, so the recording credits one test with what all its importers depend on). The
+  module's selected test files are then
   the files that ran a changed unit, plus the files the import graph reaches that the
   recording cannot see into (those declaring ``RUNS_PYTEST``: act runs a copy of the
   repository). Anything else falls back to the import graph for that module, saying why.
@@ -47,7 +50,7 @@ import json
 import os
 import subprocess
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +120,16 @@ def _split(source: str) -> tuple[str, dict[str, str]]:
     bodies = {
         name: ast.dump(ast.Module(body=fn.body, type_ignores=[])) for name, fn in _unit_defs(tree)
     }
+    return ast.dump(_emptied(tree)), bodies
+
+
+def _emptied(tree: ast.Module) -> ast.Module:
+    """A copy of the module with every unit's body replaced by ``pass``: the code that runs
+    at import (plus the defs' signatures, decorators and defaults, which do too)."""
     skeleton = copy.deepcopy(tree)
     for _, fn in _unit_defs(skeleton):
         fn.body = [ast.Pass()]
-    return ast.dump(skeleton), bodies
+    return skeleton
 
 
 def changed_units(old: str, new: str) -> set[str] | None:
@@ -135,6 +144,127 @@ def changed_units(old: str, new: str) -> set[str] | None:
     if old_skeleton != new_skeleton:
         return None
     return {name for name, body in old_bodies.items() if new_bodies.get(name) != body}
+
+
+_CLASS_CREATION = frozenset({"__init_subclass__", "__set_name__", "__class_getitem__"})
+"""Methods Python calls while it creates a class (at import, for a class statement)."""
+
+
+def _aliases(tree: ast.Module, tops: frozenset[str]) -> set[str]:
+    """Names a module binds to project modules and their members by import (``from harness
+    import quarantine``, ``import harness.tolerances as t``), plus its own classes: the
+    bases of attribute calls (``quarantine.load()``) that can reach a project function."""
+    found = {stmt.name for stmt in tree.body if isinstance(stmt, ast.ClassDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in tops:
+                    found.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (
+            node.level or (node.module or "").split(".")[0] in tops
+        ):
+            found |= {alias.asname or alias.name for alias in node.names}
+    return found
+
+
+def _called(
+    roots: Iterable[ast.AST], aliases: set[str], decorators: Iterable[ast.expr] = ()
+) -> set[str]:
+    """The names code may call: a called name (``f()``, ``C()``), a method called on a
+    project name (``quarantine.load()``, ``Entry.parse()``), a decorator, and any name handed
+    to a call (``map(f, xs)``, ``field(default_factory=f)``), which the callee may call."""
+    found: set[str] = set()
+
+    def callee(expr: ast.AST) -> None:
+        if isinstance(expr, ast.Name):
+            found.add(expr.id)
+        elif isinstance(expr, ast.Attribute):
+            base = expr.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in aliases:
+                found.add(expr.attr)
+        elif isinstance(expr, ast.Call):
+            callee(expr.func)
+
+    for decorator in decorators:
+        callee(decorator)
+    for root in roots:
+        for current in ast.walk(root):
+            if isinstance(current, ast.Call):
+                callee(current.func)
+                for arg in [*current.args, *(k.value for k in current.keywords)]:
+                    for sub in ast.walk(arg):
+                        callee(sub)
+            elif isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                for decorator in current.decorator_list:
+                    callee(decorator)
+    return found
+
+
+def _at_import_code(body: list[ast.stmt]) -> tuple[list[ast.AST], list[ast.expr]]:
+    """What of a module (or class) body runs at import: every statement but the bodies of its
+    units (their decorators and defaults do run), and the decorators, apart."""
+    roots: list[ast.AST] = []
+    decorators: list[ast.expr] = []
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            decorators += stmt.decorator_list
+            roots += [*stmt.decorator_list, stmt.args]
+        elif isinstance(stmt, ast.ClassDef):
+            decorators += stmt.decorator_list
+            roots += [*stmt.decorator_list, *stmt.bases, *stmt.keywords]
+            inner_roots, inner_decorators = _at_import_code(stmt.body)
+            roots += inner_roots
+            decorators += inner_decorators
+        else:
+            roots.append(stmt)
+    return roots, decorators
+
+
+def names_run_at_import(trees: Iterable[ast.Module], tops: Iterable[str] = ()) -> set[str]:
+    """The functions that may run while a module is imported, by name: those the code
+    outside function bodies of any module may call (:func:`_called`: ``X = f()``, a
+    decorator, ``C()`` (then every method of ``C``), ``map(f, ...)``, a default), the
+    methods Python calls when it creates a class, and, within each module, what the bodies of
+    the functions already found may call. ``tops``: the project's top-level package names
+    (attribute calls count on names imported from them). Conservative: by name.
+
+    Why it matters: a module's import-time code runs once per process, in whichever test
+    imported it first, so the recording credits that one test with work every importer
+    depends on. A change to such a function is not narrowed."""
+    trees, tops = list(trees), frozenset(tops)
+    seeds: set[str] = set(_CLASS_CREATION)
+    for tree in trees:
+        roots, decorators = _at_import_code(tree.body)
+        seeds |= _called(roots, _aliases(tree, tops), decorators)
+    reached = set(seeds)
+    for tree in trees:
+        units = _unit_defs(tree)
+        aliases = _aliases(tree, tops)
+        local = {part for name, _ in units for part in name.split("#", 1)[0].split(".")}
+        found = {part for part in local if part in seeds}
+        done: set[str] = set()
+        grew = True
+        while grew:
+            grew = False
+            for name, fn in units:
+                if name in done or not _at_import(name, found):
+                    continue
+                done.add(name)
+                more = (_called(fn.body, aliases) & local) - found
+                if more:
+                    found |= more
+                    grew = True
+        reached |= found
+    return reached
+
+
+def _at_import(unit: str, reached: set[str]) -> bool:
+    """Whether a unit (``f``, ``C.m``, ``C.m#2``) may run at import: its own name, or a class
+    around it, is among the names import-time code uses."""
+    parts = unit.split("#", 1)[0].split(".")
+    return any(part in reached for part in parts)
 
 
 # --------------------------------------------------------------------------- recording
@@ -295,8 +425,12 @@ class ImpactMap:
             )
         return None
 
-    def module(self, rel: str, old: str | None, new: str | None) -> ModuleImpact:
-        """The test files that ran the code ``rel`` changes from ``old`` to ``new``."""
+    def module(
+        self, rel: str, old: str | None, new: str | None, at_import: set[str] | None = None
+    ) -> ModuleImpact:
+        """The test files that ran the code ``rel`` changes from ``old`` to ``new``.
+        ``at_import``: :func:`names_run_at_import` of the project (a changed function that may
+        run at import is not narrowed)."""
         entry = self.files.get(rel)
         if entry is None or old is None or new is None:
             what = "added or deleted" if entry is not None else "not run by any recorded test"
@@ -308,6 +442,10 @@ class ImpactMap:
             return ModuleImpact(None, f"{rel}: code outside function bodies changed")
         tests: set[str] = set()
         for name in sorted(changed):
+            if at_import is not None and _at_import(name, at_import):
+                return ModuleImpact(
+                    None, f"{rel}: {name} may run at import (code outside functions names it)"
+                )
             unit = entry["units"].get(name)
             if not unit or not unit["tests"]:
                 if unit and unit["ambient"]:

@@ -219,3 +219,69 @@ def test_the_recording_configuration_reads_the_test_id_from_the_environment(
     assert config.context == "suites/unit/test_x.py::test_y"
     assert config.parallel is True
     assert str(tmp_path / ".venv") + "/*" in config.run_omit
+
+
+IMPORT_TIME = textwrap.dedent(
+    """
+    import json
+    from pkg import mod
+
+    def f():
+        return k()
+
+    def k():
+        return 1
+
+    def g():
+        return 2
+
+    def h(x):
+        return x
+
+    def register(fn):
+        return fn
+
+    def load():
+        return 3
+
+    class C:
+        def m(self):
+            return 4
+
+    class D:
+        def n(self):
+            return 5
+
+        def __init_subclass__(cls):
+            pass
+
+    X = f()
+    Y = list(map(h, [1]))
+    DATA = json.load(open("x")) if False else None
+    mod.setup()
+    c = C()
+
+    @register
+    def decorated():
+        return g
+    """
+)
+
+
+def test_what_may_run_at_import_is_found_by_name() -> None:
+    import ast
+
+    names = impact.names_run_at_import([ast.parse(IMPORT_TIME)], tops=["pkg"])
+    at_import = {u for u in impact.units(IMPORT_TIME) if impact._at_import(u, names)}
+    # f is called, k through f's body, h handed to map, register as a decorator, C built
+    # (its methods may run), D's class-creation hook; json.load is not this module's load.
+    assert at_import == {"f", "k", "h", "register", "C.m", "D.__init_subclass__"}
+    assert "setup" in names  # mod.setup(): a project module's function, by name
+
+
+def test_a_function_that_may_run_at_import_is_not_narrowed(tmp_path: Path) -> None:
+    found = ImpactMap.load(_map(tmp_path)).module(
+        "pkg/mod.py", BASE, _edit("x + 1", "x + 2"), at_import={"f"}
+    )
+    assert found.tests is None
+    assert "f may run at import" in found.reason
