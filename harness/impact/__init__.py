@@ -230,14 +230,22 @@ def names_run_at_import(trees: Iterable[ast.Module], tops: Iterable[str] = ()) -
     the functions already found may call. ``tops``: the project's top-level package names
     (attribute calls count on names imported from them). Conservative: by name.
 
+    Also counted, with what their bodies may call: functions whose work is kept for the
+    process (:func:`_once_per_process`: cached, or setting globals).
+
     Why it matters: a module's import-time code runs once per process, in whichever test
     imported it first, so the recording credits that one test with work every importer
-    depends on. A change to such a function is not narrowed."""
+    depends on; a cached function likewise. A change to such a function is not narrowed."""
     trees, tops = list(trees), frozenset(tops)
     seeds: set[str] = set(_CLASS_CREATION)
     for tree in trees:
+        aliases = _aliases(tree, tops)
         roots, decorators = _at_import_code(tree.body)
-        seeds |= _called(roots, _aliases(tree, tops), decorators)
+        seeds |= _called(roots, aliases, decorators)
+        for name, fn in _unit_defs(tree):
+            if _once_per_process(fn):
+                seeds.add(name.split("#", 1)[0].rsplit(".", 1)[-1])
+                seeds |= _called(fn.body, aliases)
     reached = set(seeds)
     for tree in trees:
         units = _unit_defs(tree)
@@ -258,6 +266,15 @@ def names_run_at_import(trees: Iterable[ast.Module], tops: Iterable[str] = ()) -
                     grew = True
         reached |= found
     return reached
+
+
+def _once_per_process(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a function's work is kept for the rest of the process: cached
+    (``functools.cache``, ``lru_cache``, ``cached_property``: the first test to call it runs
+    it, the later ones reuse the result) or setting a module's globals (``global``)."""
+    if any("cache" in ast.unparse(d) for d in fn.decorator_list):
+        return True
+    return any(isinstance(node, ast.Global) for node in ast.walk(fn))
 
 
 def _at_import(unit: str, reached: set[str]) -> bool:
@@ -444,7 +461,9 @@ class ImpactMap:
         for name in sorted(changed):
             if at_import is not None and _at_import(name, at_import):
                 return ModuleImpact(
-                    None, f"{rel}: {name} may run at import (code outside functions names it)"
+                    None,
+                    f"{rel}: {name} may run once per process (at import, cached, or setting "
+                    "globals), in whichever test came first",
                 )
             unit = entry["units"].get(name)
             if not unit or not unit["tests"]:

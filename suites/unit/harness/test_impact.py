@@ -264,6 +264,19 @@ IMPORT_TIME = textwrap.dedent(
     @register
     def decorated():
         return g
+
+    @functools.cache
+    def table():
+        return helper()
+
+    def helper():
+        return 6
+
+    _STATE = None
+
+    def setter():
+        global _STATE
+        _STATE = 7
     """
 )
 
@@ -275,7 +288,11 @@ def test_what_may_run_at_import_is_found_by_name() -> None:
     at_import = {u for u in impact.units(IMPORT_TIME) if impact._at_import(u, names)}
     # f is called, k through f's body, h handed to map, register as a decorator, C built
     # (its methods may run), D's class-creation hook; json.load is not this module's load.
-    assert at_import == {"f", "k", "h", "register", "C.m", "D.__init_subclass__"}
+    # Once per process too: a cached function and what it calls, one that sets a global.
+    assert at_import == {
+        *("f", "k", "h", "register", "C.m", "D.__init_subclass__"),
+        *("table", "helper", "setter"),
+    }
     assert "setup" in names  # mod.setup(): a project module's function, by name
 
 
@@ -284,4 +301,4 @@ def test_a_function_that_may_run_at_import_is_not_narrowed(tmp_path: Path) -> No
         "pkg/mod.py", BASE, _edit("x + 1", "x + 2"), at_import={"f"}
     )
     assert found.tests is None
-    assert "f may run at import" in found.reason
+    assert "f may run once per process" in found.reason
