@@ -390,7 +390,11 @@ class ImportGraph:
 
     def trees(self) -> list[ast.Module]:
         """The parsed modules (those that parse)."""
-        return [tree for tree in self._trees.values() if tree is not None]
+        return [tree for _, tree in self.parsed()]
+
+    def parsed(self) -> list[tuple[str, ast.Module]]:
+        """(module name, syntax tree) of the modules that parse."""
+        return [(name, tree) for name, tree in self._trees.items() if tree is not None]
 
     def declares_runs_pytest(self, module: str) -> bool:
         """Whether the module says ``RUNS_PYTEST = True`` (see :func:`_runs_pytest`)."""
@@ -642,6 +646,9 @@ def select(
             hit = impact.module(
                 rel, _base_source(root, base, rel), _head_source(root, rel), at_import
             )
+            missing = sorted(t for t in hit.tests or () if not (root / t).is_file())
+            if hit.tests is not None and missing:
+                hit = type(hit)(None, f"{rel}: the recorded test file {missing[0]} is not here")
             if hit.tests is None:
                 notes.append(f"{hit.reason}: the import graph selects")
                 continue
@@ -652,14 +659,16 @@ def select(
         graph.files[m] for m in reached if m in graph.files and layout.is_test_file(graph.files[m])
     }
     for module, ran in narrowed.items():
-        tests |= {t for t in ran if (root / t).is_file()}
-        # What the recording cannot see into: act runs a copy of the repository.
+        tests |= ran
+        # What the recording cannot see into: act runs a copy of the repository; and test
+        # files it did not see run (not collected, skipped, deselected, or added since).
+        assert impact is not None
         tests |= {
             graph.files[m]
             for m in graph.reverse_closure({module})
             if m in graph.files
             and layout.is_test_file(graph.files[m])
-            and graph.declares_runs_pytest(m)
+            and (graph.declares_runs_pytest(m) or not impact.ran(graph.files[m]))
         }
     # A changed module that reaches no test file is tested by nothing the selection runs:
     # selecting nothing for it would pass whatever it does, so everything runs instead.

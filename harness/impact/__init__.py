@@ -125,11 +125,31 @@ def _split(source: str) -> tuple[str, dict[str, str]]:
 
 def _emptied(tree: ast.Module) -> ast.Module:
     """A copy of the module with every unit's body replaced by ``pass``: the code that runs
-    at import (plus the defs' signatures, decorators and defaults, which do too)."""
+    at import (plus the defs' signatures, decorators and defaults, which do too). A unit's
+    docstring stays (``__doc__``, click's ``--help``, read without calling it), and so does
+    whether it is a generator or coroutine (``yield``/``await`` change what a call returns
+    before any line of the body runs)."""
     skeleton = copy.deepcopy(tree)
     for _, fn in _unit_defs(skeleton):
-        fn.body = [ast.Pass()]
+        kept: list[ast.stmt] = []
+        if ast.get_docstring(fn, clean=False) is not None:
+            kept.append(fn.body[0])
+        if _suspends(fn):
+            kept.append(ast.Expr(value=ast.Constant(value="generator or coroutine")))
+        fn.body = [*kept, ast.Pass()]
     return skeleton
+
+
+def _suspends(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether the function's own body (not a nested function's) yields or awaits."""
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
+            return True
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def changed_units(old: str, new: str) -> set[str] | None:
@@ -347,11 +367,11 @@ def build(root: Path, data_dir: Path) -> dict[str, Any]:
             continue  # a project a test wrote under /tmp: not this repository's code
         if path.suffix != ".py" or not path.is_file():
             continue
-        source = path.read_text(encoding="utf-8", errors="replace")
         try:
+            source = path.read_text(encoding="utf-8", errors="replace")
             spans = units(source)
-        except (SyntaxError, ValueError):
-            continue
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            continue  # not in the map: a change to it selects on the import graph
         by_line = data.contexts_by_lineno(measured)
         entry: dict[str, Any] = {}
         for name, (first, last) in spans.items():
@@ -367,11 +387,14 @@ def build(root: Path, data_dir: Path) -> dict[str, Any]:
                 entry[name] = {"tests": sorted(tests), "ambient": ambient}
             seen_tests |= tests
         files[rel] = {"sha256": _sha256(source), "units": entry}
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    # Clean: no tracked file changed (a pytest option in pyproject.toml changes what ran) and
+    # no untracked Python file (a local conftest.py).
+    status = _git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
+    dirty = [line for line in status if not line.startswith("??") or line.rstrip().endswith(".py")]
     return {
         "version": MAP_VERSION,
         "commit": _git(root, "rev-parse", "HEAD"),
-        "clean": not any(line.endswith(".py") for line in status.splitlines()),
+        "clean": not dirty,
         "recorded": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "test_files": sorted(seen_tests),
         "files": files,
@@ -407,7 +430,7 @@ class ImpactMap:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ImpactError(f"{path}: cannot read the impact map ({exc.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise ImpactError(f"{path}: not an impact map (invalid JSON: {exc})") from None
         if not isinstance(raw, dict) or raw.get("version") != MAP_VERSION:
             found = raw.get("version") if isinstance(raw, dict) else type(raw).__name__
@@ -420,6 +443,14 @@ class ImpactMap:
             for rel, entry in files.items():
                 if not isinstance(entry["sha256"], str) or not isinstance(entry["units"], dict):
                     raise TypeError(rel)
+                for name, unit in entry["units"].items():
+                    tests = unit["tests"]
+                    if (
+                        not isinstance(tests, list)
+                        or not all(isinstance(t, str) for t in tests)
+                        or not isinstance(unit["ambient"], bool)
+                    ):
+                        raise TypeError(f"{rel}: {name}")
             return cls(
                 path=path,
                 commit=str(raw["commit"]),
@@ -430,6 +461,11 @@ class ImpactMap:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ImpactError(f"{path}: a damaged impact map (at {exc})") from None
+
+    def ran(self, test_file: str) -> bool:
+        """Whether the recording saw this test file run (a file it did not collect, skipped
+        or deselected, or one added since, is judged by the import graph)."""
+        return test_file in self.test_files
 
     def usable_for(self, base: str) -> str | None:
         """None when the map may select for a change from ``base``; else why not."""
@@ -443,11 +479,15 @@ class ImpactMap:
         return None
 
     def module(
-        self, rel: str, old: str | None, new: str | None, at_import: set[str] | None = None
+        self,
+        rel: str,
+        old: str | None,
+        new: str | None,
+        at_import: set[str] | None = None,
     ) -> ModuleImpact:
         """The test files that ran the code ``rel`` changes from ``old`` to ``new``.
         ``at_import``: :func:`names_run_at_import` of the project (a changed function that may
-        run at import is not narrowed)."""
+        run once per process is not narrowed)."""
         entry = self.files.get(rel)
         if entry is None or old is None or new is None:
             what = "added or deleted" if entry is not None else "not run by any recorded test"

@@ -193,6 +193,17 @@ def test_what_the_map_cannot_narrow_is_selected_on_the_import_graph(recorded) ->
     assert any("outside function bodies" in note for note in plan.selection.impact)
 
 
+def test_a_recorded_test_file_that_is_not_there_is_not_trusted(recorded) -> None:
+    # As a map whose test ids are relative to a rootdir below the repository's top would be.
+    path = recorded / ".harness" / "impact.json"
+    path.write_text(path.read_text().replace('"suites/unit/test_sub.py"', '"test_sub.py"'))
+    mod = recorded / "pkg" / "mod.py"
+    mod.write_text(mod.read_text().replace("return x * 2", "return x * 3"))
+    plan = prmode.plan(recorded, base_ref="main", workers="0")
+    assert plan.selection is not None and plan.selection.tests  # never an empty selection
+    assert any("test file test_sub.py is not here" in note for note in plan.selection.impact)
+
+
 def test_a_map_from_another_commit_is_not_used_and_says_why(recorded) -> None:
     (recorded / "README.md").write_text("later\n")
     git(recorded, "add", "-A")

@@ -90,6 +90,10 @@ def test_a_change_inside_bodies_names_the_units(old: str, new: str, expected: se
         ("class C:", "class C(object):"),
         ("import os", "import os\n\ndef added():\n    return 0"),  # a unit added
         ("return x + 1", "return x +"),  # the head does not parse
+        # A docstring is read without a call (__doc__, click's --help): the module's.
+        ("def f(x):\n", 'def f(x):\n    """Add one."""\n'),
+        # A generator returns before its body runs: what a call gives changes.
+        ("return x + 1", "yield x + 1"),
     ],
 )
 def test_anything_outside_bodies_is_a_module_level_change(old: str, new: str) -> None:
@@ -188,6 +192,13 @@ def test_the_map_is_used_only_at_its_own_commit_from_a_clean_tree(tmp_path: Path
             '"files": {"a.py": {"sha256": 1, "units": {}}}}',
             "damaged impact map (at a.py)",
         ),
+        (
+            '{"version": 1, "commit": "x", "clean": true, "recorded": "", "test_files": [], '
+            '"files": {"a.py": {"sha256": "h", "units": {"f": {"tests": "t.py", '
+            '"ambient": false}}}}}',
+            "damaged impact map (at a.py: f)",
+        ),
+        ("[" * 100_000, "invalid JSON"),
     ],
 )
 def test_a_bad_map_is_an_error_naming_the_file(tmp_path: Path, content: str, message: str) -> None:
