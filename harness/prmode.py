@@ -71,6 +71,15 @@ def default_base_refs(root: Path) -> list[str]:
     return [r for r in dict.fromkeys([*refs, *DEFAULT_BASE_REFS]) if _resolves(root, r)]
 
 
+def git_top(path: Path) -> Path | None:
+    """The top of the git work tree ``path`` is in (None: not in one)."""
+    proc = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True
+    )
+    top = proc.stdout.strip() if proc.returncode == 0 else ""
+    return Path(top) if top else None
+
+
 def load_impact(root: Path, path: Path | None) -> _impact.ImpactMap | None:
     """The impact map at ``path``, else at the repository's default place if one is there
     (None: no map). Raises ImpactError for one that cannot be read, naming it."""
@@ -87,11 +96,7 @@ def plan(root: Path, *, base_ref: str | None, workers: str, impact_map: Path | N
     ``impact_map``: a recorded map (default: ``.harness/impact.json`` when there is one) that
     narrows changes inside function bodies (harness.impact)."""
     # git names changed files from the top of the work tree: the graph must start there too.
-    top = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True
-    )
-    if top.returncode == 0 and top.stdout.strip():
-        root = Path(top.stdout.strip())
+    root = git_top(root) or root
     refs = [base_ref] if base_ref else default_base_refs(root)
     if not refs:
         return Plan(

@@ -26,14 +26,12 @@ def impact() -> None:
 
 
 def _top(path: Path) -> Path:
-    proc = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True
-    )
-    if proc.returncode != 0 or not proc.stdout.strip():
+    top = _prmode.git_top(path)
+    if top is None:
         raise UsageProblem(
             f"{path.resolve()} is not inside a git repository: the map is per commit"
         )
-    return Path(proc.stdout.strip())
+    return top
 
 
 @impact.command(

@@ -82,15 +82,22 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in _OUTER}
 
 
-def _record(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    root: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in the project, without the outer run's settings."""
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", "impact", "record", *args],
+        [sys.executable, *args],
         cwd=root,
-        env=_env(),
+        env=_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+def _record(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _run(root, "-m", "harness.cli", "impact", "record", *args)
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -148,14 +155,10 @@ def test_a_change_inside_a_function_selects_only_the_test_files_that_ran_it(reco
 
     # harness ci itself: the note names the function, selection.json keeps it, and it runs.
     reports = recorded.parent / "reports"  # outside the project: not a change of its own
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--changed-since", "main"]
-        + ["--workers", "0", "--lock", str(LOCK), "--report-dir", str(reports)],
-        cwd=recorded,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = _run(
+        recorded,
+        *("-m", "harness.cli", "ci", "--no-perf", "--changed-since", "main", "--workers", "0"),
+        *("--lock", str(LOCK), "--report-dir", str(reports)),
     )
     # The change breaks test_sub (in_subprocess(2) is 6 now): the one test selected catches it.
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -226,14 +229,7 @@ def test_a_failing_run_writes_no_map_and_a_bad_map_is_a_usage_error(tmp_path: Pa
 
     bad = root / "bad.json"
     bad.write_text("{")
-    ci = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "ci", "--no-perf", "--impact-map", str(bad)],
-        cwd=root,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    ci = _run(root, "-m", "harness.cli", "ci", "--no-perf", "--impact-map", str(bad))
     assert ci.returncode == 2, ci.stdout + ci.stderr
     assert f"--impact-map: {bad}: not an impact map" in ci.stdout + ci.stderr
     assert "Traceback" not in ci.stdout + ci.stderr
@@ -242,13 +238,6 @@ def test_a_failing_run_writes_no_map_and_a_bad_map_is_a_usage_error(tmp_path: Pa
 def test_the_recorder_plugin_without_coverage_is_a_usage_error(tmp_path: Path) -> None:
     root = _write(tmp_path / "project", FILES)
     env = {k: v for k, v in _env().items() if not k.startswith("COVERAGE_PROCESS")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "harness.impact.recorder", "suites/unit"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _run(root, "-m", "pytest", "-p", "harness.impact.recorder", "suites/unit", env=env)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "coverage is not measuring this process" in proc.stdout + proc.stderr
