@@ -65,7 +65,8 @@ def main(argv: list[str]) -> None:
                 proposed = (
                     f"{_bound(s, s['proposed_rtol'], s['proposed_atol'])} "
                     f"(x{s['factor']:.3g}; fit {s['estimate']:.3g} "
-                    f"[{s['low']:.3g}, {s['high']:.3g}], shape {s['shape']:.2f})"
+                    f"[{s['low']:.3g}, {s['high']:.3g}], shape {s['shape']:.2f}"
+                    f"{' raised to 0' if s.get('shape_floored') else ''})"
                 )
             else:
                 proposed = "-"

@@ -418,6 +418,8 @@ def _print(reports: list[Any], target: float, holdout: dict[str, Any]) -> None:
                 proposed = _bound_text(r, r.proposed_rtol, r.proposed_atol)
             interval = f"[{r.low:.3g}, {r.high:.3g}]" if r.low is not None else ""
             proposed += f"\nx{r.factor:.3g} (fit {r.estimate:.3g} {interval})"
+            if r.shape_floored:
+                proposed += f"\nshape {r.shape:.2f}: extrapolated as exponential"
         else:
             proposed = "-"
         row = [
@@ -444,5 +446,6 @@ def _print(reports: list[Any], target: float, holdout: dict[str, Any]) -> None:
     if any(math.isfinite(r.max_used) and r.status == "fitted" for r in reports):
         console.print(
             "proposed = current bound x F, F the upper end of the 90% bootstrap interval of the "
-            "share of the bound exceeded with the target probability (docs/harness.md)"
+            "share of the bound exceeded with the target probability (docs/harness.md); a "
+            "fitted shape below 0 (a tail with an end) is extrapolated as exponential"
         )

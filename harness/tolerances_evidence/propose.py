@@ -82,6 +82,9 @@ class SiteReport:
     low: float | None = None
     high: float | None = None
     shape: float | None = None
+    """The fitted GPD shape (before the floor of :data:`.fit.SHAPE_FLOOR`)."""
+    shape_floored: bool = False
+    """The fitted shape was below the floor: the tail was extrapolated as exponential."""
     p_fail_current: float | None = None
     proposed_rtol: float | None = None
     proposed_atol: float | None = None
@@ -218,7 +221,8 @@ def _judge(report: SiteReport, used: np.ndarray, target: float, bootstrap: int, 
     factor = max(high, est.value, report.max_used)
     report.status = "fitted"
     report.estimate, report.low, report.high = est.value, est.low, est.high
-    report.shape = est.fit.shape
+    report.shape = est.fit.fitted_shape
+    report.shape_floored = est.fit.floored
     report.factor = factor
     report.p_fail_current = est.fit.sf(1.0)
     report.proposed_rtol = round_up(report.rtol * factor)
