@@ -94,8 +94,14 @@ def test_a_bad_override_file_is_a_usage_error_naming_it(project, pytester, monke
     result.stderr.fnmatch_lines(["*o.json*'x.py:1'*"])
 
 
-def test_xdist_workers_append_to_one_file(project, pytester):
+def test_xdist_workers_append_to_one_file(project, pytester, monkeypatch):
     root = project({"suites/unit/test_c.py": CHECKS})
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        # Under `harness mutate`'s coverage pass, mutmut's hook in each process looks for its
+        # config in the working folder; the xdist workers start in pytester's folder, where
+        # there is none, and die. They run the unmutated code instead (the mutant passes,
+        # where a worker would run it, still reach them through the variable).
+        monkeypatch.delenv("MUTANT_UNDER_TEST")
     args = ["-p", "xdist", "-n", "2", "--harness-record-errors=rec.jsonl", "--harness-repeat=4"]
     result = pytester.runpytest(*args, "-k", "checks")
     result.assert_outcomes(passed=4)
