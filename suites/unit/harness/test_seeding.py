@@ -275,3 +275,61 @@ def test_nightly_raises_a_pinned_count_fivefold_up_to_a_quarter_of_the_profile(h
     other = pinned(8)
     assert seeding.nightly_examples(other, "ci") is None  # only the nightly profile
     assert other._hypothesis_internal_use_settings.max_examples == 8
+
+
+def test_nightly_keeps_a_pinned_tests_other_settings_and_leaves_a_count_at_the_cap(hypo):
+    # The raised count is layered on the test's own settings: a test that pins a deadline (or
+    # a database, a health check) keeps it under the nightly profile. A count already at the
+    # cap is left as it is (500 of the nightly profile's 2000).
+    import datetime as dt
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=8, deadline=1234, database=None)
+    @given(st.integers())
+    def t(x):
+        pass
+
+    @settings(max_examples=500, database=None)
+    @given(st.integers())
+    def at_cap(x):
+        pass
+
+    before = at_cap._hypothesis_internal_use_settings
+    settings.load_profile("nightly")
+    assert seeding.nightly_examples(t, "nightly") == 40
+    raised = t._hypothesis_internal_use_settings
+    assert raised.deadline == dt.timedelta(milliseconds=1234)
+    assert raised.max_examples == 40
+    assert seeding.nightly_examples(at_cap, "nightly") is None
+    assert at_cap._hypothesis_internal_use_settings is before
+
+
+def test_an_action_deferred_to_hypothesis_import_runs_there_and_none_forgets_it(
+    hypo, monkeypatch
+):
+    # The plugin defers loading the run's profile until hypothesis is imported; hypothesis
+    # then calls on_hypothesis_import (its entry point). Only the last deferral counts.
+    monkeypatch.setattr(seeding, "_on_import", [])
+    calls: list[str] = []
+    seeding.defer_hypothesis_profile(lambda: calls.append("first"))
+    seeding.defer_hypothesis_profile(lambda: calls.append("second"))
+    seeding.on_hypothesis_import()
+    assert calls == ["second"]
+    seeding.defer_hypothesis_profile(None)
+    seeding.on_hypothesis_import()
+    assert calls == ["second"]
+
+
+def test_the_hypothesis_hook_is_off_when_the_variable_says_so_or_the_entry_point_is_missing(
+    monkeypatch,
+):
+    monkeypatch.delenv("HYPOTHESIS_NO_PLUGINS", raising=False)
+    monkeypatch.setattr(seeding, "_entry_point_installed", lambda: True)
+    assert seeding.hypothesis_hook_installed()
+    monkeypatch.setenv("HYPOTHESIS_NO_PLUGINS", "1")
+    assert not seeding.hypothesis_hook_installed()
+    monkeypatch.delenv("HYPOTHESIS_NO_PLUGINS")
+    monkeypatch.setattr(seeding, "_entry_point_installed", lambda: False)
+    assert not seeding.hypothesis_hook_installed()
