@@ -306,9 +306,7 @@ def test_nightly_keeps_a_pinned_tests_other_settings_and_leaves_a_count_at_the_c
     assert at_cap._hypothesis_internal_use_settings is before
 
 
-def test_an_action_deferred_to_hypothesis_import_runs_there_and_none_forgets_it(
-    hypo, monkeypatch
-):
+def test_an_action_deferred_to_hypothesis_import_runs_there_and_none_forgets_it(hypo, monkeypatch):
     # The plugin defers loading the run's profile until hypothesis is imported; hypothesis
     # then calls on_hypothesis_import (its entry point). Only the last deferral counts.
     monkeypatch.setattr(seeding, "_on_import", [])
