@@ -12,7 +12,9 @@ coverage-based selection such as pytest-testmon):
   ``a.b.c`` also depends on the packages ``a`` and ``a.b`` (their ``__init__`` runs). A
   string literal that spells a project module (``"reference_impls.training.run"``, handed to
   a subprocess or ``importlib``) counts as an import too, and one that spells a package also
-  reaches its ``__main__`` (``python -m pkg`` runs it). Every file also depends on the
+  reaches its ``__main__`` (``python -m pkg`` runs it); except a one-word string used as data:
+  a keyword argument's value (``source="harness"``: a tag, not an import), a dictionary key
+  or value, or a comparison's operand (see :func:`_data_strings`). Every file also depends on the
   ``conftest.py`` files of its folder and the folders above it, as pytest loads them first.
 - A changed non-Python file inside a package (``reference_impls/training/tiny.toml``) counts as
   a change to that package. A changed golden file (``suites/goldens/<tier>/<path>.json``)
@@ -36,7 +38,9 @@ coverage-based selection such as pytest-testmon):
   ``from X import name`` re-exports of ``pkg/__init__.py`` (and of sub-packages), not on every
   module the package re-exports; a name the package defines itself depends on the package's
   own code and what that code uses; ``import pkg`` (or ``pkg`` in a string) depends on all of
-  it; conftest files do not count (asv does not load them). So a change to
+  it; a parent package counts only by its ``__init__``'s top level (``from pkg.mod import
+  f`` runs ``pkg/__init__.py``, not its functions nor what they import when called: the
+  node ``pkg:init``); conftest files do not count (asv does not load them). So a change to
   ``reference_impls/collectives/simulation.py`` re-times ``bench_collectives`` (which calls
   ``simulate_ring_allreduce``) but not the benchmarks that only take ``launch`` from the same
   package. What this misses: a module-level side effect of a merely re-exported module (it
@@ -49,6 +53,7 @@ Nothing here imports pytest.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import os
 import subprocess
@@ -170,6 +175,37 @@ def _module_name(rel: PurePosixPath) -> str:
     return ".".join(parts)
 
 
+_MODULE_KEYWORDS = frozenset({"module", "mod_name", "modname", "name", "package", "run_name"})
+"""Keyword arguments whose string value may well be a module to import or run
+(``importlib.import_module(name=...)``, ``runpy.run_module(mod_name=...)``)."""
+
+
+def _data_strings(tree: ast.AST) -> set[int]:
+    """``id()`` of the one-word string literals ``tree`` uses as data rather than as a module
+    to import or run: a keyword argument's value (other than :data:`_MODULE_KEYWORDS`), a
+    dictionary's key or value, a comparison's operand. ``RunRecord(source="harness")`` tags a
+    record: reading it as ``import harness`` made a history benchmark depend on the whole
+    package. A dotted string (``"harness.cli"``) always counts: it is hardly anything but a
+    module's name, and a one-word one still counts everywhere else (an argument list's
+    ``"-m", "pkg"``, ``MODULE = "pkg"``, ``import_module("pkg")``)."""
+    out: set[int] = set()
+
+    def one_word(node: ast.AST | None) -> bool:
+        return (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and "." not in node.value
+        )
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword):
+            if node.arg not in _MODULE_KEYWORDS and one_word(node.value):
+                out.add(id(node.value))
+        elif isinstance(node, ast.Dict):
+            out.update(id(v) for v in (*node.keys, *node.values) if one_word(v))
+        elif isinstance(node, ast.Compare):
+            out.update(id(v) for v in (node.left, *node.comparators) if one_word(v))
+    return out
+
+
 class ImportGraph:
     """Project modules and the project modules each one imports (see the module docstring)."""
 
@@ -240,23 +276,26 @@ class ImportGraph:
             return ".".join([*anchor, *([node.module] if node.module else [])])
         return node.module or ""
 
-    def _imports_of(self, name: str, *, timing: bool = False) -> set[str]:
+    def _imports_of(
+        self, name: str, *, timing: bool = False, tree: ast.Module | None = None
+    ) -> set[str]:
         """The project modules ``name`` depends on. With ``timing`` (the benchmarks' graph):
         a ``from pkg import name`` depends on the module that defines ``name`` (not on every
         module ``pkg/__init__.py`` re-exports), a package's pure re-exports are not its own
         dependencies, and ``import pkg`` or ``"pkg"`` in a string depends on all of it.
         (Conftest edges are added by ``__init__`` to the tests' graph only: asv does not
-        load conftest files.)"""
-        tree = self._trees[name]
+        load conftest files.) ``tree`` replaces the file's own (:meth:`_init_imports`)."""
+        tree = self._trees[name] if tree is None else tree
         if tree is None:
             return set()
         package = self._package_of(name)
         reexported = self._reexports(name) if timing and name in self.packages else {}
         found: set[str] = set()
+        data = _data_strings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    found |= self._project(alias.name) | self._sibling(package, alias.name)
+                    found |= self._reach(alias.name, timing) | self._sibling(package, alias.name)
                     if timing and alias.name.split(".")[0] in self.tops:
                         found |= self._whole(alias.name)
             elif isinstance(node, ast.ImportFrom):
@@ -269,7 +308,10 @@ class ImportGraph:
                 base = self._from_base(package, node)
                 if not node.level:
                     found |= self._sibling(package, base)
-                found |= self._project(base)
+                found |= self._reach(base, timing)
+                if timing and base in self.packages:
+                    # What the names taken from it need is added below (:meth:`_defining`).
+                    found = (found - {base}) | {base + INIT}
                 for alias in node.names:  # ``from pkg import module``
                     if f"{base}.{alias.name}" in self.files:
                         found.add(f"{base}.{alias.name}")
@@ -279,8 +321,9 @@ class ImportGraph:
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
                 and node.value in self.files
+                and id(node) not in data
             ):
-                found |= self._project(node.value)
+                found |= self._reach(node.value, timing)
                 if timing:
                     found |= self._whole(node.value)
                 # ``python -m pkg`` (or runpy) runs pkg/__main__.py, which nothing imports.
@@ -290,6 +333,26 @@ class ImportGraph:
         return found
 
     # -- the benchmarks' graph: names followed through package re-exports ------------------
+
+    def _reach(self, name: str, timing: bool) -> set[str]:
+        """:meth:`_project`; for timing, a parent package only with its import-time code
+        (``pkg:init``): importing ``pkg.mod`` runs ``pkg/__init__.py``'s top level, not the
+        functions defined there, nor what those import when called."""
+        reached = self._project(name)
+        if not timing:
+            return reached
+        return {m if m == name or m not in self.packages else m + INIT for m in reached}
+
+    def _init_imports(self, package: str) -> set[str]:
+        """The timing edges of ``package:init``: what the package's ``__init__`` imports at
+        its top level (class bodies and decorators included, function bodies not), less its
+        pure re-exports, as for the package itself."""
+        tree = self._trees.get(package)
+        if tree is None:
+            return set()
+        top = _without_function_bodies(tree)
+        found = self._imports_of(package, timing=True, tree=top)
+        return {m for m in found if m != package}
 
     def _reexports(self, package: str) -> dict[str, str]:
         """``{name: module}`` for each name the package's ``__init__`` only re-exports: bound
@@ -361,7 +424,12 @@ class ImportGraph:
         if self._perf is None:
             self._perf = {name: self._imports_of(name, timing=True) for name in self.files}
             _plugin_edges(self, self._perf)  # a benchmark that times pytest with the plugin
-        return _reverse_closure(self._perf, changed)
+            for package in self.packages:
+                self._perf[package + INIT] = self._init_imports(package)
+        changed = set(changed)
+        return _reverse_closure(
+            self._perf, changed | {m + INIT for m in changed if m in self.packages}
+        )
 
     def _sibling(self, folder: str, name: str) -> set[str]:
         """A bare ``import helpers`` of a file beside the importer: pytest's rootdir-relative
@@ -399,6 +467,29 @@ class ImportGraph:
     def declares_runs_pytest(self, module: str) -> bool:
         """Whether the module says ``RUNS_PYTEST = True`` (see :func:`_runs_pytest`)."""
         return _declares_runs_pytest(self._trees.get(module))
+
+
+INIT = ":init"
+"""Suffix of a package's import-time node in the benchmarks' graph (:meth:`ImportGraph._reach`;
+no module name contains a colon)."""
+
+
+class _FunctionBodies(ast.NodeTransformer):
+    """Empties every function body: what is left runs when the module is imported."""
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.body = [ast.Pass()]
+        return node
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AsyncFunctionDef:
+        node.body = [ast.Pass()]
+        return node
+
+
+def _without_function_bodies(tree: ast.Module) -> ast.Module:
+    stripped = _FunctionBodies().visit(copy.deepcopy(tree))
+    assert isinstance(stripped, ast.Module)
+    return stripped
 
 
 def _reverse_closure(imports: Mapping[str, set[str]], changed: Iterable[str]) -> set[str]:

@@ -427,3 +427,54 @@ def test_a_re_exported_module_still_selects_every_test_that_imports_its_package(
     sel = selection.select(bench_root, ["pkg/sim.py"])
     assert sel.tests == ("suites/unit/test_launch.py", "suites/unit/test_other.py")
     assert "bench_launch" not in sel.benchmarks
+
+
+# What importing a module of a package runs of the package: its ``__init__``'s top level, not
+# the functions defined there (nor what they import when called); and a one-word string that
+# tags data is not an import of the package it happens to spell.
+LAZY_PROJECT = {
+    "pkg/__init__.py": "def record():\n    from pkg.heavy import go\n    go()\n",
+    "pkg/heavy.py": "def go():\n    pass\n",
+    "pkg/records.py": "def make(source=None):\n    pass\n",
+    "suites/unit/test_records.py": "from pkg.records import make\n",
+    "suites/benchmarks/__init__.py": "",
+    "suites/benchmarks/bench_records.py": (
+        "from pkg.records import make\n\n"
+        "def time_make():\n"
+        "    if make(source='pkg') == 'pkg':\n"
+        "        return {'pkg': 'pkg'}\n"
+    ),
+    "suites/benchmarks/bench_record.py": "from pkg import record\n",
+    "suites/benchmarks/bench_import_module.py": (
+        "import importlib\n\nimportlib.import_module(name='pkg')\n"
+    ),
+    "suites/benchmarks/bench_argv.py": "ARGV = ['-m', 'pkg']\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("changed", "benchmarks"),
+    [
+        # Called only from a function of the package's __init__: the benchmarks that take
+        # that function (or the whole package) are re-timed, not one that imports a sibling.
+        ("pkg/heavy.py", ("bench_argv", "bench_import_module", "bench_record")),
+        ("pkg/records.py", ("bench_records",)),
+        # The __init__'s own top level runs under every import of the package.
+        (
+            "pkg/__init__.py",
+            ("bench_argv", "bench_import_module", "bench_record", "bench_records"),
+        ),
+    ],
+)
+def test_a_benchmark_times_a_parent_package_only_by_its_import_time_code(
+    tmp_path, changed, benchmarks
+):
+    sel = selection.select(_write(tmp_path, LAZY_PROJECT), [changed])
+    assert sel.benchmarks == benchmarks
+
+
+def test_tests_still_depend_on_the_whole_parent_package(tmp_path):
+    # An import error in pkg/heavy.py fails nothing at import, but the tests' graph keeps
+    # every edge of the package: a test of pkg.records runs when anything of pkg changes.
+    sel = selection.select(_write(tmp_path, LAZY_PROJECT), ["pkg/heavy.py"])
+    assert sel.tests == ("suites/unit/test_records.py",)
