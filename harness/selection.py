@@ -308,10 +308,11 @@ class ImportGraph:
                 base = self._from_base(package, node)
                 if not node.level:
                     found |= self._sibling(package, base)
-                found |= self._reach(base, timing)
+                reached = self._reach(base, timing)
                 if timing and base in self.packages:
                     # What the names taken from it need is added below (:meth:`_defining`).
-                    found = (found - {base}) | {base + INIT}
+                    reached = (reached - {base}) | {base + INIT}
+                found |= reached
                 for alias in node.names:  # ``from pkg import module``
                     if f"{base}.{alias.name}" in self.files:
                         found.add(f"{base}.{alias.name}")
@@ -350,9 +351,7 @@ class ImportGraph:
         tree = self._trees.get(package)
         if tree is None:
             return set()
-        top = _without_function_bodies(tree)
-        found = self._imports_of(package, timing=True, tree=top)
-        return {m for m in found if m != package}
+        return self._imports_of(package, timing=True, tree=_without_function_bodies(tree))
 
     def _reexports(self, package: str) -> dict[str, str]:
         """``{name: module}`` for each name the package's ``__init__`` only re-exports: bound
