@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -145,15 +146,32 @@ def plan(root: Path, *, base_ref: str | None, workers: str, impact_map: Path | N
         )
     if sel.impact:
         note += " [impact map: " + "; ".join(sel.impact) + "] "
-    bench = _selection.bench_regex(sel.benchmarks)
+    bench = _selection.bench_regex(sel.benchmarks, sel.benchmark_names)
     return Plan(
         selection=sel,
         pytest_args=(*xdist, *sel.tests),
         bench=bench,
         skip_tests=None if sel.tests else f"no test file reaches the change ({sel.reason})",
-        skip_perf=None if sel.benchmarks else "no benchmark file reaches the change",
+        skip_perf=_skip_perf(sel),
         note=note + sel.reason,
         base_ref=refs[0],
+    )
+
+
+def _skip_perf(sel: _selection.Selection) -> str | None:
+    """Why the perf step (the CPU group: harness ci's) has nothing to time, else None."""
+    if sel.benchmarks:
+        return None
+    if not sel.benchmark_names:
+        return "no benchmark file reaches the change"
+    from harness.perf.runs import GROUPS
+
+    cpu = re.compile(GROUPS["cpu"])
+    if any(cpu.match(name) for name in sel.benchmark_names):
+        return None
+    return (
+        f"the {len(sel.benchmark_names)} benchmark(s) the change reaches are all in the GPU "
+        "group, which the GPU runner times"
     )
 
 
@@ -168,6 +186,7 @@ def write(plan_: Plan, path: Path) -> None:
         "everything": sel.everything if sel else True,
         "tests": list(sel.tests) if sel else [],
         "benchmarks": list(sel.benchmarks) if sel else [],
+        "benchmark_names": list(sel.benchmark_names) if sel else [],
         "impact": list(sel.impact) if sel else [],
         "base_ref": plan_.base_ref,
         "bench_regex": plan_.bench,

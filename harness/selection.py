@@ -56,6 +56,7 @@ import ast
 import copy
 import dataclasses
 import os
+import re
 import subprocess
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -125,8 +126,12 @@ class Selection:
     tests: tuple[str, ...] = ()
     """Test files to run (repository-relative), when not ``everything``."""
     benchmarks: tuple[str, ...] = ()
-    """asv benchmark files (``bench_collectives``, ...) the change reaches; all when
-    ``everything``."""
+    """asv benchmark files (``bench_collectives``, ...) the change reaches, every benchmark
+    in them; all when ``everything``."""
+    benchmark_names: tuple[str, ...] = ()
+    """Single asv benchmarks (``bench_harness.AssertClose.time_assert_close``) to run besides
+    those files: where the impact map narrowed a module, the benchmarks that ran its changed
+    functions, and those of the files it reaches that the recording could not run."""
     impact: tuple[str, ...] = ()
     """Per changed module, what the impact map (harness.impact) said: the functions changed
     and the test files that ran them, or why the import graph selected for it instead."""
@@ -724,6 +729,7 @@ def select(
             benchmarks=("*",),
         )
     narrowed: dict[str, frozenset[str]] = {}
+    bench_narrowed: dict[str, frozenset[str]] = {}  # module -> benchmarks that ran its change
     notes: list[str] = []
     if impact is not None and code_touched:
         unusable = impact.usable_for(base)
@@ -743,7 +749,11 @@ def select(
                 notes.append(f"{hit.reason}: the import graph selects")
                 continue
             narrowed[module] = hit.tests
-            notes.append(f"{hit.reason}: run by {len(hit.tests)} test file(s)")
+            shown = f"{hit.reason}: run by {len(hit.tests)} test file(s)"
+            if hit.benchmarks is not None:
+                bench_narrowed[module] = hit.benchmarks
+                shown += f" and {len(hit.benchmarks)} benchmark(s)"
+            notes.append(shown)
     reached = graph.reverse_closure(touched - narrowed.keys())
     tests = {
         graph.files[m] for m in reached if m in graph.files and layout.is_test_file(graph.files[m])
@@ -780,17 +790,42 @@ def select(
                 benchmarks=("*",),
             )
     tests |= {t for t in direct_tests if (root / t).is_file()}
+
     # Benchmarks follow names, not packages: a benchmark that imports ``launch`` from
     # ``pkg`` is not re-timed when ``pkg/simulation.py`` changes (ImportGraph docstring).
-    timed = graph.perf_reverse_closure(touched | data_touched)
-    benches = sorted(
-        m.split(".")[-1]
-        for m in timed
-        if m in graph.files
-        and is_bench(graph.files[m])
-        and PurePosixPath(graph.files[m]).name.startswith("bench_")
-    )
+    def bench_files(modules: set[str]) -> set[str]:
+        return {
+            m
+            for m in graph.perf_reverse_closure(modules)
+            if m in graph.files
+            and is_bench(graph.files[m])
+            and PurePosixPath(graph.files[m]).name.startswith("bench_")
+        }
+
+    whole = bench_files((touched - bench_narrowed.keys()) | data_touched)
+    names: set[str] = set()
+    for module, ran in bench_narrowed.items():
+        # The benchmarks that ran the changed functions (whatever the graph says: a benchmark
+        # may reach them through a process it starts), and of the benchmark files the graph
+        # reaches, what the recording could not see into: a file it found no benchmark in
+        # (added since, or failed to import) runs whole, a benchmark it did not run (skipped
+        # itself on this machine, raised) runs by name.
+        assert impact is not None
+        names |= ran
+        for m in bench_files({module}):
+            rel = graph.files[m]
+            if impact.benchmark_file_seen(rel):
+                names |= impact.benchmarks_not_run(rel)
+            else:
+                whole.add(m)
+    benches = sorted({m.split(".")[-1] for m in whole})
+    singles = sorted(n for n in names if n.split(".")[0] not in benches)
     what = f"{len(tests)} test file(s) and {len(benches)} benchmark file(s)"
+    if singles:
+        what = (
+            f"{len(tests)} test file(s), {len(benches)} benchmark file(s) and "
+            f"{len(singles)} single benchmark(s)"
+        )
     reason = (
         f"{what} reached by {len(changed)} changed file(s)"
         if changed
@@ -805,16 +840,25 @@ def select(
         reason=reason,
         tests=tuple(sorted(tests)),
         benchmarks=tuple(benches),
+        benchmark_names=tuple(singles),
         impact=tuple(notes),
     )
 
 
-def bench_regex(benchmarks: Iterable[str]) -> str | None:
-    """asv's ``--bench`` regex for these benchmark files (None: all of them)."""
-    names = sorted(set(benchmarks))
-    if not names or "*" in names:
+def bench_regex(benchmarks: Iterable[str], single: Iterable[str] = ()) -> str | None:
+    """asv's ``--bench`` regex for these benchmark files and single benchmarks (None: all of
+    them). asv matches a parameterized benchmark as ``name(params)``, so a single name is
+    followed by ``(`` or the end."""
+    files = sorted(set(benchmarks))
+    names = sorted(set(single))
+    if "*" in files or not (files or names):
         return None
-    return "^(" + "|".join(names) + r")\."
+    if not names:
+        return "^(" + "|".join(files) + r")\."
+    parts = ["(?:" + "|".join(re.escape(n) for n in names) + r")(?:\(|$)"]
+    if files:
+        parts.insert(0, "(?:" + "|".join(files) + r")\.")
+    return "^(?:" + "|".join(parts) + ")"
 
 
 def counts_by_tier(

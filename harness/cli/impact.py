@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -42,8 +43,11 @@ that stopped early has not run what its tests run); 2 bad input.
 Examples:
   harness impact record                     # every CPU test, on every core
   harness impact record --workers 0 -- suites/unit
+  harness impact record --no-benchmarks     # tests only
 The map records the commit; `harness ci` uses it only for a change whose base is that
-commit, recorded from a tree without uncommitted Python changes.""",
+commit, recorded from a tree without uncommitted Python changes. With an asv.conf.json, every
+asv benchmark is then run once (set up, called once, torn down) under coverage too, so that a
+change inside a function re-times only the benchmarks that ran it.""",
 )
 @click.option(
     "--out",
@@ -54,8 +58,17 @@ commit, recorded from a tree without uncommitted Python changes.""",
 @click.option(
     "--workers", metavar="N|auto", default="auto", show_default=True, help="pytest-xdist workers."
 )
+@click.option(
+    "--benchmarks/--no-benchmarks",
+    default=True,
+    show_default=True,
+    help="Also run each asv benchmark once under coverage (when the project has an "
+    "asv.conf.json); without it pull-request mode selects benchmark files on the import graph.",
+)
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-def record_command(out: Path | None, workers: str, pytest_args: tuple[str, ...]) -> None:
+def record_command(
+    out: Path | None, workers: str, benchmarks: bool, pytest_args: tuple[str, ...]
+) -> None:
     """Run the tests once under coverage.py (every process they start) and write the map."""
     if workers != "auto" and not (workers.isdigit() and workers.isascii()):
         raise UsageProblem(f"--workers {workers!r}: give a number of workers, 0 or auto")
@@ -85,10 +98,11 @@ def record_command(out: Path | None, workers: str, pytest_args: tuple[str, ...])
                 "may have stopped before code its tests run)"
             )
             sys.exit(1 if rc != 4 else 2)
+        bench_side = _record_benchmarks(root, data_dir, rcfile) if benchmarks else None
         parts = sum(1 for p in data_dir.iterdir() if p.name.startswith("cov."))
         console.print(f"combining {parts} coverage data file(s)...")
         try:
-            payload = _impact.build(root, data_dir)
+            payload = _impact.build(root, data_dir, bench_side)
         except _impact.ImpactError as exc:
             raise UsageProblem(str(exc)) from None
     try:
@@ -97,9 +111,47 @@ def record_command(out: Path | None, workers: str, pytest_args: tuple[str, ...])
         raise UsageProblem(f"--out {out}: cannot write the map ({exc.strerror})") from None
     files = payload["files"]
     n_units = sum(len(f["units"]) for f in files.values())
+    if "benchmarks" in payload:
+        ran = sum(1 for b in payload["benchmarks"].values() if b["ran"])
+        console.print(f"benchmarks: {ran} of {len(payload['benchmarks'])} ran once under coverage")
     console.print(
         f"[green]wrote {out}[/]: {len(files)} files, {n_units} functions run, "
         f"{len(payload['test_files'])} test files, commit {payload['commit'][:10]}"
         f"{'' if payload['clean'] else ' (uncommitted changes: not usable by harness ci)'}; "
         f"{time.monotonic() - started:.0f} s"
     )
+
+
+def _record_benchmarks(root: Path, data_dir: Path, rcfile: Path) -> dict[str, object] | None:
+    """Run every asv benchmark once under coverage (harness.impact.bench_recorder); None,
+    saying why, when the project has no asv configuration or the run failed (the map then
+    has no benchmark table: benchmark files are selected on the import graph)."""
+    from harness.perf import PerfError, Project
+
+    try:
+        project = Project.load(root)
+    except PerfError:
+        return None  # no asv.conf.json: a project without benchmarks
+    out = data_dir / "benchmarks.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.impact.bench_recorder",
+        str(root),
+        str(project.benchmark_dir),
+        str(out),
+    ]
+    console.print(f"[bold]recording benchmarks[/]: each of {project.benchmark_dir} once")
+    rc = subprocess.run(cmd, cwd=root, env=_impact.environment(rcfile), check=False).returncode
+    try:
+        side = json.loads(out.read_text()) if rc == 0 else None
+    except (OSError, json.JSONDecodeError):
+        side = None
+    if not isinstance(side, dict):
+        console.print(
+            f"[yellow]the benchmark recording exited {rc} without its results[/]: the map "
+            "has no benchmark table, and pull-request mode selects benchmark files on the "
+            "import graph"
+        )
+        return None
+    return side

@@ -55,6 +55,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BENCH_CACHE_PREFIX",
+    "BENCH_PREFIX",
     "CONTEXT_ENV",
     "DEFAULT_MAP",
     "ImpactError",
@@ -67,6 +69,14 @@ __all__ = [
 
 CONTEXT_ENV = "HARNESS_IMPACT_TEST"
 """The running test's node id, for the subprocesses it starts (their coverage context)."""
+
+BENCH_PREFIX = "asv:"
+"""The coverage context of one asv benchmark's setup, call and teardown
+(``asv:bench_x.Class.time_y``), and of the processes it starts (harness.impact.bench_recorder)."""
+
+BENCH_CACHE_PREFIX = "asv-cache:"
+"""The coverage context of one ``setup_cache`` run, shared by the benchmarks the recorder's
+output names for it."""
 
 DEFAULT_MAP = Path(".harness") / "impact.json"
 """Where ``harness impact record`` writes the map and ``harness ci`` looks for it."""
@@ -342,10 +352,19 @@ def _git(root: Path, *args: str) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def build(root: Path, data_dir: Path) -> dict[str, Any]:
+def build(
+    root: Path, data_dir: Path, benchmarks: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Combine a recording's coverage data files (``data_dir/cov.*``) into a map:
     ``{"files": {rel: {"sha256": ..., "units": {unit: {"tests": [...], "ambient": bool}}}}}``
-    plus the commit, whether the tree was clean, and every test file that ran code."""
+    plus the commit, whether the tree was clean, and every test file that ran code.
+
+    ``benchmarks``: what the benchmark side of the recording wrote
+    (harness.impact.bench_recorder), when it ran: a unit a benchmark ran gets
+    ``"benchmarks": [names]``, and the map a ``"benchmarks"`` table (per benchmark, its file
+    and whether it ran). Without it the map has no table, and pull-request mode selects
+    benchmark files on the import graph."""
+    caches: Mapping[str, list[str]] = (benchmarks or {}).get("caches", {})
     from coverage import Coverage
     from coverage.exceptions import CoverageException
 
@@ -376,22 +395,30 @@ def build(root: Path, data_dir: Path) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         for name, (first, last) in spans.items():
             tests: set[str] = set()
+            benches: set[str] = set()
             ambient = False
             for line in range(first, last + 1):
                 for context in by_line.get(line, ()):
-                    if context:
+                    label = context.rsplit("|", 1)[-1] if "|" in context else context
+                    if label.startswith(BENCH_CACHE_PREFIX):
+                        benches |= set(caches.get(label, ()))
+                    elif label.startswith(BENCH_PREFIX):
+                        benches.add(label.removeprefix(BENCH_PREFIX))
+                    elif context:
                         tests.add(_test_file(context))
                     else:
                         ambient = True
-            if tests or ambient:
+            if tests or ambient or benches:
                 entry[name] = {"tests": sorted(tests), "ambient": ambient}
+                if benches:
+                    entry[name]["benchmarks"] = sorted(benches)
             seen_tests |= tests
         files[rel] = {"sha256": _sha256(source), "units": entry}
     # Clean: no tracked file changed (a pytest option in pyproject.toml changes what ran) and
     # no untracked Python file (a local conftest.py).
     status = _git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
     dirty = [line for line in status if not line.startswith("??") or line.rstrip().endswith(".py")]
-    return {
+    payload: dict[str, Any] = {
         "version": MAP_VERSION,
         "commit": _git(root, "rev-parse", "HEAD"),
         "clean": not dirty,
@@ -399,6 +426,12 @@ def build(root: Path, data_dir: Path) -> dict[str, Any]:
         "test_files": sorted(seen_tests),
         "files": files,
     }
+    if benchmarks is not None:
+        payload["benchmarks"] = {
+            name: {"file": str(b["file"]), "ran": bool(b["ran"])}
+            for name, b in sorted(benchmarks.get("benchmarks", {}).items())
+        }
+    return payload
 
 
 # --------------------------------------------------------------------------- using a map
@@ -411,6 +444,10 @@ class ModuleImpact:
     tests: frozenset[str] | None
     """None: the map cannot narrow this change (``reason`` says why)."""
     reason: str
+    benchmarks: frozenset[str] | None = None
+    """The asv benchmarks (by name) that ran a changed unit; None when the map has no
+    benchmark recording or cannot narrow the change (benchmark files are then selected on
+    the import graph)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -423,6 +460,9 @@ class ImpactMap:
     recorded: str
     test_files: frozenset[str]
     files: Mapping[str, Any]
+    benchmarks: Mapping[str, Mapping[str, Any]] | None = None
+    """Per asv benchmark the recording discovered: ``{"file": rel, "ran": bool}``; None when
+    the recording ran no benchmarks."""
 
     @classmethod
     def load(cls, path: Path) -> ImpactMap:
@@ -445,12 +485,22 @@ class ImpactMap:
                     raise TypeError(rel)
                 for name, unit in entry["units"].items():
                     tests = unit["tests"]
+                    benches = unit.get("benchmarks", [])
                     if (
                         not isinstance(tests, list)
                         or not all(isinstance(t, str) for t in tests)
+                        or not isinstance(benches, list)
+                        or not all(isinstance(b, str) for b in benches)
                         or not isinstance(unit["ambient"], bool)
                     ):
                         raise TypeError(f"{rel}: {name}")
+            benchmarks = raw.get("benchmarks")
+            if benchmarks is not None:
+                if not isinstance(benchmarks, dict):
+                    raise TypeError("benchmarks")
+                for name, bench in benchmarks.items():
+                    if not isinstance(bench["file"], str) or not isinstance(bench["ran"], bool):
+                        raise TypeError(f"benchmarks: {name}")
             return cls(
                 path=path,
                 commit=str(raw["commit"]),
@@ -458,6 +508,7 @@ class ImpactMap:
                 recorded=str(raw["recorded"]),
                 test_files=frozenset(map(str, raw["test_files"])),
                 files=files,
+                benchmarks=benchmarks,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ImpactError(f"{path}: a damaged impact map (at {exc})") from None
@@ -466,6 +517,15 @@ class ImpactMap:
         """Whether the recording saw this test file run (a file it did not collect, skipped
         or deselected, or one added since, is judged by the import graph)."""
         return test_file in self.test_files
+
+    def benchmark_file_seen(self, rel: str) -> bool:
+        """Whether the benchmark side of the recording discovered benchmarks in ``rel``."""
+        return any(b["file"] == rel for b in (self.benchmarks or {}).values())
+
+    def benchmarks_not_run(self, rel: str) -> set[str]:
+        """The benchmarks of file ``rel`` the recording discovered but did not run (skipped
+        themselves, raised): what they run is unknown, so a change they may reach selects them."""
+        return {n for n, b in (self.benchmarks or {}).items() if b["file"] == rel and not b["ran"]}
 
     def usable_for(self, base: str) -> str | None:
         """None when the map may select for a change from ``base``; else why not."""
@@ -498,6 +558,7 @@ class ImpactMap:
         if changed is None:
             return ModuleImpact(None, f"{rel}: code outside function bodies changed")
         tests: set[str] = set()
+        benches: set[str] = set()
         for name in sorted(changed):
             if at_import is not None and _at_import(name, at_import):
                 return ModuleImpact(
@@ -515,8 +576,13 @@ class ImpactMap:
                     None, f"{rel}: {name} also runs outside tests (collection or a fixture)"
                 )
             tests |= set(unit["tests"])
+            benches |= set(unit.get("benchmarks", ()))
         shown = ", ".join(sorted(changed)) or "nothing but comments or formatting"
-        return ModuleImpact(frozenset(tests), f"{rel}: changed {shown}")
+        return ModuleImpact(
+            frozenset(tests),
+            f"{rel}: changed {shown}",
+            None if self.benchmarks is None else frozenset(benches),
+        )
 
 
 def write(payload: Mapping[str, Any], path: Path) -> None:

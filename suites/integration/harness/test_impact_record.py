@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,75 @@ MODULE = """
 
     def unused(x):
         return x
+
+
+    def timed(x):
+        return x * 5
+
+
+    def cached(x):
+        return x + 7
 """
+
+# Benchmarks (asv's conventions): one runs `timed` itself, one runs `in_subprocess` in a
+# process it starts, two classes share a setup_cache that runs `cached`, and one skips itself
+# in setup (as a GPU benchmark does on a CPU machine), so the recording cannot see into it.
+BENCHMARKS = """
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pkg import mod
+
+
+    class Timed:
+        def time_timed(self):
+            mod.timed(3)
+
+
+    class Sub:
+        def time_sub(self):
+            # asv runs benchmarks in a temporary folder: the project is named, not the cwd.
+            root = Path(__file__).resolve().parents[2]
+            code = "import pkg.mod as m; m.in_subprocess(2)"
+            subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
+
+
+    class _Shared:
+        def setup_cache(self):
+            Path("cache-was-here").write_text("")  # in asv's folder, never the repository
+            return mod.cached(1)
+
+
+    class A(_Shared):
+        def time_a(self, value):
+            assert value == 8 and os.path.exists("cache-was-here")
+
+
+    class B(_Shared):
+        def time_b(self, value):
+            assert value == 8
+
+
+    class Gpu:
+        def setup(self):
+            raise NotImplementedError("no GPU here")
+
+        def time_gpu(self):
+            mod.timed(1)
+"""
+
+ASV_CONF = {
+    "version": 1,
+    "project": "impact",
+    "repo": ".",
+    "branches": ["HEAD"],
+    "environment_type": "existing",
+    "benchmark_dir": "suites/benchmarks",
+    "results_dir": ".asv/results",
+    "html_dir": ".asv/html",
+}
 
 FILES = {
     "pkg/__init__.py": "",
@@ -70,6 +139,16 @@ FILES = {
         def test_uses_server(server):
             assert server == 0
     """,
+    "suites/unit/test_timed.py": """
+        from pkg import mod
+
+        def test_timed_and_cached():
+            assert mod.timed(1) == 5 and mod.cached(1) == 8
+    """,
+    "asv.conf.json": json.dumps(ASV_CONF),
+    ".gitignore": ".asv/\n",
+    "suites/benchmarks/__init__.py": "",
+    "suites/benchmarks/bench_mod.py": BENCHMARKS,
 }
 
 
@@ -133,7 +212,8 @@ def test_the_map_names_the_test_file_that_ran_each_function_in_any_process(recor
     units = payload["files"]["pkg/mod.py"]["units"]
     assert units["direct"] == {"tests": ["suites/unit/test_direct.py"], "ambient": False}
     # Run only in the subprocess test_sub starts: its coverage is labelled with the test.
-    assert units["in_subprocess"] == {"tests": ["suites/unit/test_sub.py"], "ambient": False}
+    assert units["in_subprocess"]["tests"] == ["suites/unit/test_sub.py"]
+    assert units["in_subprocess"]["ambient"] is False
     # A session fixture is shared by every test that asks for it: ambient, not one test's.
     assert units["shared"] == {"tests": [], "ambient": True}
     assert "unused" not in units
@@ -142,7 +222,86 @@ def test_the_map_names_the_test_file_that_ran_each_function_in_any_process(recor
         "suites/unit/test_direct.py",
         "suites/unit/test_fixture.py",
         "suites/unit/test_sub.py",
+        "suites/unit/test_timed.py",
     ]
+
+
+def test_the_map_names_the_benchmarks_that_ran_each_function(recorded) -> None:
+    payload = json.loads((recorded / ".harness" / "impact.json").read_text())
+    units = payload["files"]["pkg/mod.py"]["units"]
+    assert units["timed"]["benchmarks"] == ["bench_mod.Timed.time_timed"]
+    # In a process the benchmark started: labelled through the environment, as for tests.
+    assert units["in_subprocess"] == {
+        "tests": ["suites/unit/test_sub.py"],
+        "ambient": False,
+        "benchmarks": ["bench_mod.Sub.time_sub"],
+    }
+    # One setup_cache run, shared by two classes: both are credited with it.
+    assert units["cached"]["benchmarks"] == ["bench_mod.A.time_a", "bench_mod.B.time_b"]
+    assert "benchmarks" not in units["direct"]
+    ran = {name: b["ran"] for name, b in payload["benchmarks"].items()}
+    assert ran == {
+        "bench_mod.A.time_a": True,
+        "bench_mod.B.time_b": True,
+        "bench_mod.Gpu.time_gpu": False,
+        "bench_mod.Sub.time_sub": True,
+        "bench_mod.Timed.time_timed": True,
+    }
+    assert {b["file"] for b in payload["benchmarks"].values()} == {"suites/benchmarks/bench_mod.py"}
+    # They ran in temporary folders, as asv runs them: nothing written into the repository.
+    assert not list(recorded.rglob("cache-was-here"))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # The benchmark that ran it, and the one the recording could not run (it skipped
+        # itself here): what it runs on a GPU machine is unknown.
+        ("return x * 5", "return x * 6", ["bench_mod.Gpu.time_gpu", "bench_mod.Timed.time_timed"]),
+        (
+            "return x + 7",
+            "return x + 8",
+            ["bench_mod.A.time_a", "bench_mod.B.time_b", "bench_mod.Gpu.time_gpu"],
+        ),
+        # Run by no benchmark: only the one whose code is unknown, in the GPU group, which the
+        # CPU runner's perf step does not time (it skips, saying so, rather than fail).
+        ("return x + 1", "return x + 2", ["bench_mod.Gpu.time_gpu"]),
+        # Not imported by the benchmark that runs it: found through the process it starts.
+        ("return x * 2", "return x * 3", ["bench_mod.Gpu.time_gpu", "bench_mod.Sub.time_sub"]),
+    ],
+)
+def test_a_change_inside_a_function_re_times_only_the_benchmarks_that_ran_it(
+    recorded: Path, old: str, new: str, expected: list[str]
+) -> None:
+    mod = recorded / "pkg" / "mod.py"
+    mod.write_text(mod.read_text().replace(old, new))
+    plan = prmode.plan(recorded, base_ref="main", workers="0")
+    assert plan.selection is not None and not plan.selection.everything
+    assert plan.selection.benchmarks == ()  # no whole file
+    assert list(plan.selection.benchmark_names) == expected
+    regex = re.compile(plan.bench or "(?!)")
+    every = ["bench_mod.A.time_a", "bench_mod.B.time_b", "bench_mod.Gpu.time_gpu"]
+    every += ["bench_mod.Sub.time_sub", "bench_mod.Timed.time_timed"]
+    assert [n for n in every if regex.search(n)] == expected
+    gpu_only = expected == ["bench_mod.Gpu.time_gpu"]
+    assert (plan.skip_perf is not None and "GPU group" in plan.skip_perf) is gpu_only
+
+    # A benchmark file the recording found nothing in (it failed to import then): whole.
+    path = recorded / ".harness" / "impact.json"
+    payload = json.loads(path.read_text())
+    payload["benchmarks"] = {"bench_other.X.time_x": {"file": "elsewhere.py", "ran": True}}
+    path.write_text(json.dumps(payload))
+    unseen = prmode.plan(recorded, base_ref="main", workers="0")
+    assert unseen.selection is not None
+    assert unseen.selection.benchmarks == ("bench_mod",)
+    assert unseen.selection.benchmark_names == ()  # its benchmarks are in the whole file
+
+    # Without the benchmark table (a map recorded with --no-benchmarks): the whole file.
+    del payload["benchmarks"]
+    path.write_text(json.dumps(payload))
+    wide = prmode.plan(recorded, base_ref="main", workers="0")
+    assert wide.selection is not None
+    assert wide.selection.benchmarks == ("bench_mod",) and wide.selection.benchmark_names == ()
 
 
 def test_a_change_inside_a_function_selects_only_the_test_files_that_ran_it(recorded) -> None:
@@ -163,12 +322,15 @@ def test_a_change_inside_a_function_selects_only_the_test_files_that_ran_it(reco
     # The change breaks test_sub (in_subprocess(2) is 6 now): the one test selected catches it.
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED suites/unit/test_sub.py::test_sub" in proc.stdout
-    assert "[impact map: pkg/mod.py: changed in_subprocess: run by 1 test file(s)]" in " ".join(
-        proc.stdout.split()
+    note = (
+        "[impact map: pkg/mod.py: changed in_subprocess: run by 1 test file(s) and 1 benchmark(s)]"
     )
+    assert note in " ".join(proc.stdout.split())
     selection = json.loads((reports / "selection.json").read_text())
     assert selection["tests"] == ["suites/unit/test_sub.py"]
-    assert selection["impact"] == ["pkg/mod.py: changed in_subprocess: run by 1 test file(s)"]
+    assert selection["impact"] == [
+        "pkg/mod.py: changed in_subprocess: run by 1 test file(s) and 1 benchmark(s)"
+    ]
 
     # The same change without the map: every test file the import graph reaches.
     (recorded / ".harness" / "impact.json").unlink()
@@ -233,6 +395,27 @@ def test_a_failing_run_writes_no_map_and_a_bad_map_is_a_usage_error(tmp_path: Pa
     assert ci.returncode == 2, ci.stdout + ci.stderr
     assert f"--impact-map: {bad}: not an impact map" in ci.stdout + ci.stderr
     assert "Traceback" not in ci.stdout + ci.stderr
+
+
+def test_a_benchmark_file_that_does_not_import_is_left_out_and_runs_whole(
+    tmp_path: Path,
+) -> None:
+    broken = "from pkg import mod\nimport no_such_module_here\n"
+    root = _write(tmp_path / "project", {**FILES, "suites/benchmarks/bench_broken.py": broken})
+    proc = _record(root, "--workers", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    payload = json.loads((root / ".harness" / "impact.json").read_text())
+    assert "bench_mod.Timed.time_timed" in payload["benchmarks"]  # the other file's are there
+    assert not any(name.startswith("bench_broken") for name in payload["benchmarks"])
+    mod = root / "pkg" / "mod.py"
+    mod.write_text(mod.read_text().replace("return x * 5", "return x * 6"))
+    plan = prmode.plan(root, base_ref="main", workers="0")
+    assert plan.selection is not None
+    assert plan.selection.benchmarks == ("bench_broken",)
+    assert set(plan.selection.benchmark_names) == {
+        "bench_mod.Gpu.time_gpu",
+        "bench_mod.Timed.time_timed",
+    }
 
 
 def test_the_recorder_plugin_without_coverage_is_a_usage_error(tmp_path: Path) -> None:

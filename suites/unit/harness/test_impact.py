@@ -136,6 +136,85 @@ def test_a_body_change_selects_the_test_files_that_ran_it(tmp_path: Path) -> Non
     assert "changed f" in found.reason
 
 
+def test_a_body_change_names_the_benchmarks_that_ran_it_when_they_were_recorded(
+    tmp_path: Path,
+) -> None:
+    table = {
+        "bench_m.F.time_f": {"file": "suites/benchmarks/bench_m.py", "ran": True},
+        "bench_m.G.time_g": {"file": "suites/benchmarks/bench_m.py", "ran": False},
+    }
+    units = {
+        "f": {
+            "tests": ["suites/unit/test_f.py"],
+            "ambient": False,
+            "benchmarks": ["bench_m.F.time_f"],
+        },
+        "C.m": {"tests": ["suites/unit/test_f.py"], "ambient": False},
+    }
+    files = {"pkg/mod.py": {"sha256": impact._sha256(BASE), "units": units}}
+    loaded = ImpactMap.load(_map(tmp_path, files=files, benchmarks=table))
+    assert loaded.module("pkg/mod.py", BASE, _edit("x + 1", "x + 2")).benchmarks == {
+        "bench_m.F.time_f"
+    }
+    # Run by a test and by no benchmark: no benchmark re-timed for it (an empty set, not None).
+    assert loaded.module("pkg/mod.py", BASE, _edit("return 1", "return 3")).benchmarks == set()
+    assert loaded.benchmarks_not_run("suites/benchmarks/bench_m.py") == {"bench_m.G.time_g"}
+    assert loaded.benchmark_file_seen("suites/benchmarks/bench_m.py")
+    assert not loaded.benchmark_file_seen("suites/benchmarks/bench_new.py")
+    # A map recorded without benchmarks says nothing about them: None, the import graph decides.
+    plain = ImpactMap.load(_map(tmp_path, files=files))
+    assert plain.module("pkg/mod.py", BASE, _edit("x + 1", "x + 2")).benchmarks is None
+
+
+def test_building_a_map_credits_each_benchmark_and_every_sharer_of_a_cache(
+    tmp_path: Path,
+) -> None:
+    coverage = pytest.importorskip("coverage")
+    root = tmp_path / "project"
+    (root / "pkg").mkdir(parents=True)
+    source = "def a():\n    return 1\n\n\ndef b():\n    return 2\n\n\ndef c():\n    return 3\n"
+    mod = root / "pkg" / "mod.py"
+    mod.write_text(source)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    data = coverage.CoverageData(basename=str(data_dir / "cov"), suffix="1")
+    for context, line in [
+        ("asv:bench_x.T.time_t", 2),
+        ("asv-cache:0", 6),
+        ("suites/unit/test_m.py::test_c", 10),
+        ("suites/unit/test_m.py::test_c", 2),
+    ]:
+        data.set_context(context)
+        data.add_lines({str(mod): [line]})
+    data.write()
+    side = {
+        "benchmarks": {
+            "bench_x.T.time_t": {"file": "suites/benchmarks/bench_x.py", "ran": True},
+            "bench_x.A.time_a": {"file": "suites/benchmarks/bench_x.py", "ran": True},
+            "bench_x.B.time_b": {"file": "suites/benchmarks/bench_x.py", "ran": False},
+        },
+        "caches": {"asv-cache:0": ["bench_x.A.time_a", "bench_x.B.time_b"]},
+    }
+    payload = impact.build(root, data_dir, side)
+    units = payload["files"]["pkg/mod.py"]["units"]
+    assert units["a"] == {
+        "tests": ["suites/unit/test_m.py"],
+        "ambient": False,
+        "benchmarks": ["bench_x.T.time_t"],
+    }
+    assert units["b"] == {
+        "tests": [],
+        "ambient": False,
+        "benchmarks": ["bench_x.A.time_a", "bench_x.B.time_b"],
+    }
+    assert units["c"] == {"tests": ["suites/unit/test_m.py"], "ambient": False}
+    assert payload["test_files"] == ["suites/unit/test_m.py"]  # no benchmark among them
+    assert payload["benchmarks"]["bench_x.B.time_b"] == {
+        "file": "suites/benchmarks/bench_x.py",
+        "ran": False,
+    }
+
+
 def test_a_comment_only_change_selects_no_test_file(tmp_path: Path) -> None:
     found = ImpactMap.load(_map(tmp_path)).module("pkg/mod.py", BASE, _edit("a comment", "b"))
     assert found.tests == frozenset()
@@ -197,6 +276,22 @@ def test_the_map_is_used_only_at_its_own_commit_from_a_clean_tree(tmp_path: Path
             '"files": {"a.py": {"sha256": "h", "units": {"f": {"tests": "t.py", '
             '"ambient": false}}}}}',
             "damaged impact map (at a.py: f)",
+        ),
+        (
+            '{"version": 1, "commit": "x", "clean": true, "recorded": "", "test_files": [], '
+            '"files": {"a.py": {"sha256": "h", "units": {"f": {"tests": [], '
+            '"ambient": false, "benchmarks": "bench_a.T.time_t"}}}}}',
+            "damaged impact map (at a.py: f)",
+        ),
+        (
+            '{"version": 1, "commit": "x", "clean": true, "recorded": "", "test_files": [], '
+            '"files": {}, "benchmarks": {"bench_a.T.time_t": {"file": 1, "ran": true}}}',
+            "damaged impact map (at benchmarks: bench_a.T.time_t)",
+        ),
+        (
+            '{"version": 1, "commit": "x", "clean": true, "recorded": "", "test_files": [], '
+            '"files": {}, "benchmarks": []}',
+            "damaged impact map (at benchmarks)",
         ),
         ("[" * 100_000, "invalid JSON"),
     ],
