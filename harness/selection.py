@@ -126,8 +126,9 @@ class Selection:
     tests: tuple[str, ...] = ()
     """Test files to run (repository-relative), when not ``everything``."""
     benchmarks: tuple[str, ...] = ()
-    """asv benchmark files (``bench_collectives``, ...) the change reaches, every benchmark
-    in them; all when ``everything``."""
+    """asv benchmark files the change reaches, every benchmark in them, named as asv names
+    their modules (``bench_collectives``; ``sub.bench_x`` in a subfolder); all when
+    ``everything``."""
     benchmark_names: tuple[str, ...] = ()
     """Single asv benchmarks (``bench_harness.AssertClose.time_assert_close``) to run besides
     those files: where the impact map narrowed a module, the benchmarks that ran its changed
@@ -818,8 +819,8 @@ def select(
                 names |= impact.benchmarks_not_run(rel)
             else:
                 whole.add(m)
-    benches = sorted({m.split(".")[-1] for m in whole})
-    singles = sorted(n for n in names if n.split(".")[0] not in benches)
+    benches = sorted({_asv_module(graph.files[m], bench_dirs) for m in whole})
+    singles = sorted(n for n in names if not any(n.startswith(f"{b}.") for b in benches))
     what = f"{len(tests)} test file(s) and {len(benches)} benchmark file(s)"
     if singles:
         what = (
@@ -845,6 +846,18 @@ def select(
     )
 
 
+def _asv_module(rel: str, bench_dirs: Iterable[str]) -> str:
+    """How asv names a benchmark file's module: dotted from the benchmark folder
+    (``suites/benchmarks/sub/bench_s.py`` is ``sub.bench_s``)."""
+    path = PurePosixPath(rel).with_suffix("")
+    for folder in sorted(bench_dirs, key=len, reverse=True):
+        try:
+            return ".".join(path.relative_to(folder.rstrip("/")).parts)
+        except ValueError:
+            continue
+    return path.name
+
+
 def bench_regex(benchmarks: Iterable[str], single: Iterable[str] = ()) -> str | None:
     """asv's ``--bench`` regex for these benchmark files and single benchmarks (None: all of
     them). asv matches a parameterized benchmark as ``name(params)``, so a single name is
@@ -853,6 +866,7 @@ def bench_regex(benchmarks: Iterable[str], single: Iterable[str] = ()) -> str | 
     names = sorted(set(single))
     if "*" in files or not (files or names):
         return None
+    files = [re.escape(f) for f in files]
     if not names:
         return "^(" + "|".join(files) + r")\."
     parts = ["(?:" + "|".join(re.escape(n) for n in names) + r")(?:\(|$)"]

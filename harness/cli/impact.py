@@ -127,11 +127,23 @@ def _record_benchmarks(root: Path, data_dir: Path, rcfile: Path) -> dict[str, ob
     saying why, when the project has no asv configuration or the run failed (the map then
     has no benchmark table: benchmark files are selected on the import graph)."""
     from harness.perf import PerfError, Project
+    from harness.perf._common import _load_json
 
     try:
         project = Project.load(root)
     except PerfError:
         return None  # no asv.conf.json: a project without benchmarks
+    if not project.benchmark_dir.is_dir():
+        console.print(
+            f"[yellow]no benchmarks recorded[/]: {project.config_path.name}'s benchmark_dir "
+            f"{project.benchmark_dir} is not a folder"
+        )
+        return None
+    try:  # asv's own reading of its configuration (comments allowed)
+        conf = _load_json(project.config_path)
+        timeout = float(conf.get("default_benchmark_timeout", 60))
+    except Exception:  # noqa: BLE001 - asv's loader raises its own types; its default then
+        timeout = 60.0
     out = data_dir / "benchmarks.json"
     cmd = [
         sys.executable,
@@ -140,6 +152,7 @@ def _record_benchmarks(root: Path, data_dir: Path, rcfile: Path) -> dict[str, ob
         str(root),
         str(project.benchmark_dir),
         str(out),
+        str(timeout),
     ]
     console.print(f"[bold]recording benchmarks[/]: each of {project.benchmark_dir} once")
     rc = subprocess.run(cmd, cwd=root, env=_impact.environment(rcfile), check=False).returncode

@@ -47,6 +47,14 @@ MODULE = """
 
     def cached(x):
         return x + 7
+
+
+    def memo(x):
+        return x - 3
+
+
+    def in_clean_child(x):
+        return x + 9
 """
 
 # Benchmarks (asv's conventions): one runs `timed` itself, one runs `in_subprocess` in a
@@ -96,6 +104,43 @@ BENCHMARKS = """
 
         def time_gpu(self):
             mod.timed(1)
+
+
+    # Built once per process and kept (as bench_data's shards are): each benchmark runs in a
+    # process of its own, as under asv, so both are seen building it.
+    _MEMO = {}
+
+
+    def _built():
+        if not _MEMO:
+            _MEMO["v"] = mod.memo(4)
+        return _MEMO["v"]
+
+
+    class Memo1:
+        def setup(self):
+            self.v = _built()
+
+        def time_m1(self):
+            assert self.v == 1
+
+
+    class Memo2:
+        def setup(self):
+            self.v = _built()
+
+        def time_m2(self):
+            assert self.v == 1
+
+
+    class CleanChild:
+        def time_clean(self):
+            # An environment without coverage's start-up variable: what the child runs is
+            # unseen, so the benchmark is not counted as seen.
+            root = Path(__file__).resolve().parents[2]
+            code = "import pkg.mod as m; m.in_clean_child(1)"
+            env = {"PATH": os.environ["PATH"]}
+            subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
 """
 
 ASV_CONF = {
@@ -144,9 +189,10 @@ FILES = {
 
         def test_timed_and_cached():
             assert mod.timed(1) == 5 and mod.cached(1) == 8
+            assert mod.memo(4) == 1 and mod.in_clean_child(1) == 10
     """,
     "asv.conf.json": json.dumps(ASV_CONF),
-    ".gitignore": ".asv/\n",
+    ".gitignore": ".asv/\n__pycache__/\n",
     "suites/benchmarks/__init__.py": "",
     "suites/benchmarks/bench_mod.py": BENCHMARKS,
 }
@@ -239,11 +285,16 @@ def test_the_map_names_the_benchmarks_that_ran_each_function(recorded) -> None:
     # One setup_cache run, shared by two classes: both are credited with it.
     assert units["cached"]["benchmarks"] == ["bench_mod.A.time_a", "bench_mod.B.time_b"]
     assert "benchmarks" not in units["direct"]
+    # Kept in a module-level dict by whichever benchmark came first: both are credited.
+    assert units["memo"]["benchmarks"] == ["bench_mod.Memo1.time_m1", "bench_mod.Memo2.time_m2"]
     ran = {name: b["ran"] for name, b in payload["benchmarks"].items()}
     assert ran == {
         "bench_mod.A.time_a": True,
         "bench_mod.B.time_b": True,
+        "bench_mod.CleanChild.time_clean": False,
         "bench_mod.Gpu.time_gpu": False,
+        "bench_mod.Memo1.time_m1": True,
+        "bench_mod.Memo2.time_m2": True,
         "bench_mod.Sub.time_sub": True,
         "bench_mod.Timed.time_timed": True,
     }
@@ -255,19 +306,51 @@ def test_the_map_names_the_benchmarks_that_ran_each_function(recorded) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        # The benchmark that ran it, and the one the recording could not run (it skipped
-        # itself here): what it runs on a GPU machine is unknown.
-        ("return x * 5", "return x * 6", ["bench_mod.Gpu.time_gpu", "bench_mod.Timed.time_timed"]),
+        # The benchmark that ran it, and those the recording could not see into: one skipped
+        # itself here (what it runs on a GPU machine is unknown), one started a process
+        # coverage could not follow.
+        (
+            "return x * 5",
+            "return x * 6",
+            [
+                "bench_mod.CleanChild.time_clean",
+                "bench_mod.Gpu.time_gpu",
+                "bench_mod.Timed.time_timed",
+            ],
+        ),
         (
             "return x + 7",
             "return x + 8",
-            ["bench_mod.A.time_a", "bench_mod.B.time_b", "bench_mod.Gpu.time_gpu"],
+            [
+                "bench_mod.A.time_a",
+                "bench_mod.B.time_b",
+                "bench_mod.CleanChild.time_clean",
+                "bench_mod.Gpu.time_gpu",
+            ],
         ),
-        # Run by no benchmark: only the one whose code is unknown, in the GPU group, which the
-        # CPU runner's perf step does not time (it skips, saying so, rather than fail).
-        ("return x + 1", "return x + 2", ["bench_mod.Gpu.time_gpu"]),
+        # Run by no benchmark: only those whose code is unknown.
+        (
+            "return x + 1",
+            "return x + 2",
+            ["bench_mod.CleanChild.time_clean", "bench_mod.Gpu.time_gpu"],
+        ),
         # Not imported by the benchmark that runs it: found through the process it starts.
-        ("return x * 2", "return x * 3", ["bench_mod.Gpu.time_gpu", "bench_mod.Sub.time_sub"]),
+        (
+            "return x * 2",
+            "return x * 3",
+            ["bench_mod.CleanChild.time_clean", "bench_mod.Gpu.time_gpu", "bench_mod.Sub.time_sub"],
+        ),
+        # Kept by whichever benchmark came first, under asv as here: each in its own process.
+        (
+            "return x - 3",
+            "return x - 4",
+            [
+                "bench_mod.CleanChild.time_clean",
+                "bench_mod.Gpu.time_gpu",
+                "bench_mod.Memo1.time_m1",
+                "bench_mod.Memo2.time_m2",
+            ],
+        ),
     ],
 )
 def test_a_change_inside_a_function_re_times_only_the_benchmarks_that_ran_it(
@@ -280,11 +363,16 @@ def test_a_change_inside_a_function_re_times_only_the_benchmarks_that_ran_it(
     assert plan.selection.benchmarks == ()  # no whole file
     assert list(plan.selection.benchmark_names) == expected
     regex = re.compile(plan.bench or "(?!)")
-    every = ["bench_mod.A.time_a", "bench_mod.B.time_b", "bench_mod.Gpu.time_gpu"]
-    every += ["bench_mod.Sub.time_sub", "bench_mod.Timed.time_timed"]
+    every = [
+        "bench_mod.A.time_a",
+        "bench_mod.B.time_b",
+        "bench_mod.CleanChild.time_clean",
+        "bench_mod.Gpu.time_gpu",
+    ]
+    every += ["bench_mod.Memo1.time_m1", "bench_mod.Memo2.time_m2", "bench_mod.Sub.time_sub"]
+    every += ["bench_mod.Timed.time_timed"]
     assert [n for n in every if regex.search(n)] == expected
-    gpu_only = expected == ["bench_mod.Gpu.time_gpu"]
-    assert (plan.skip_perf is not None and "GPU group" in plan.skip_perf) is gpu_only
+    assert plan.skip_perf is None
 
     # A benchmark file the recording found nothing in (it failed to import then): whole.
     path = recorded / ".harness" / "impact.json"
@@ -413,6 +501,7 @@ def test_a_benchmark_file_that_does_not_import_is_left_out_and_runs_whole(
     assert plan.selection is not None
     assert plan.selection.benchmarks == ("bench_broken",)
     assert set(plan.selection.benchmark_names) == {
+        "bench_mod.CleanChild.time_clean",
         "bench_mod.Gpu.time_gpu",
         "bench_mod.Timed.time_timed",
     }

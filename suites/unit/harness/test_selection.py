@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -480,3 +481,37 @@ def test_tests_still_depend_on_the_whole_parent_package(tmp_path):
     # every edge of the package: a test of pkg.records runs when anything of pkg changes.
     sel = selection.select(_write(tmp_path, LAZY_PROJECT), ["pkg/heavy.py"])
     assert sel.tests == ("suites/unit/test_records.py",)
+
+
+def test_a_selection_of_gpu_benchmarks_only_skips_the_cpu_perf_step_saying_so() -> None:
+    from harness import prmode
+
+    def sel(files: tuple[str, ...], names: tuple[str, ...]) -> selection.Selection:
+        return selection.Selection(
+            base="b",
+            changed=(),
+            everything=False,
+            reason="",
+            benchmarks=files,
+            benchmark_names=names,
+        )
+
+    gpu = ("bench_h.GpuAssertClose.time_assert_close", "bench_a.AttentionGPU.time_forward")
+    why = prmode._skip_perf(sel((), gpu))
+    assert why is not None and "all in the GPU group" in why
+    assert prmode._skip_perf(sel((), (*gpu, "bench_h.AssertClose.time_assert_close"))) is None
+    assert prmode._skip_perf(sel(("bench_h",), gpu)) is None  # a whole file: its CPU ones too
+    assert prmode._skip_perf(sel((), ())) == "no benchmark file reaches the change"
+
+
+def test_whole_benchmark_files_in_a_subfolder_are_named_as_asv_names_them() -> None:
+    regex = selection.bench_regex(["sub.bench_s", "bench_a"], ["bench_b.X.time_x"])
+    assert regex is not None
+    assert re.search(regex, "sub.bench_s.S.time_s")
+    assert re.search(regex, "bench_a.A.time_a(1, 2)")
+    assert re.search(regex, "bench_b.X.time_x")
+    assert not re.search(regex, "subXbench_s.S.time_s")  # the dot is a dot
+    assert not re.search(regex, "bench_b.X.time_xy")
+    assert selection._asv_module("suites/benchmarks/sub/bench_s.py", ["suites/benchmarks"]) == (
+        "sub.bench_s"
+    )
