@@ -27,6 +27,12 @@ FlashAttention-2 (Dao, 2023, https://arxiv.org/abs/2307.08691): the same online 
   (FlashAttention-4's polynomial exp2) and ``rescale`` skips the rescale of O while no row
   max grows by more than a threshold (FlashAttention-4's conditional rescaling): both
   correct, neither faster on Hopper (``LEVER_CONFIGS``).
+- Options measured at D=64 in run 12 (``_attn_fwd_ws_run12``), correct, both slower than
+  the default tiling (``LEVER_CONFIGS``): ``thread_release`` releases K/V slots and ping-pong
+  turns by every consumer thread's arrive instead of one thread's after a warpgroup
+  ``bar.sync``; ``p_smem`` passes P to the P @ V wgmma through shared memory, which keeps
+  the softmax overlapped with that wgmma in the SASS (with P in registers ptxas puts the
+  wait for it above the exponentials).
 - ``persistent`` tilings launch one program per SM, each looping over tiles (groups of
   ``GROUP_HEADS`` heads, query block as the slow index) through one K/V ring: the producer
   loads the next tile's Q as soon as the consumers' last score wgmma is done, and O is
@@ -53,6 +59,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -68,6 +75,7 @@ LOG2E = 1.4426950408889634
 """log2(e): exp(x) is computed as exp2(x * log2(e)), folded into the softmax scale."""
 
 WARPS_PER_CONSUMER = 4  # one warpgroup: the unit wgmma issues on
+_CONSUMER_THREADS = gl.constexpr(WARPS_PER_CONSUMER * 32)
 LOADER_WARPS = gl.constexpr(1)
 # The fewest registers setmaxnreg allows: the loader holds only scalars.
 LOADER_REGS = gl.constexpr(24)
@@ -215,6 +223,16 @@ def _rescale(acc, alpha, grew, row_o: gl.constexpr, RESCALE_TH: gl.constexpr):
 
 
 @gluon.jit
+def _release(bar):
+    """THREAD_RELEASE: every thread of the consumer warpgroup arrives on ``bar`` itself
+    (``cp.async.mbarrier.arrive.noinc``, counted against the barrier's expected count: 128 per
+    warpgroup), after its own wait for the wgmma that read the slot. ``mbarrier.arrive`` is one
+    thread's arrive, and Triton puts a warpgroup ``bar.sync`` before it so that the other 127
+    are done too; here the barrier's count does that, and no thread waits for another."""
+    async_copy.mbarrier_arrive(bar, increment_count=False)
+
+
+@gluon.jit
 def _block(
     acc,
     p_op,
@@ -229,6 +247,8 @@ def _block(
     v_ready,
     kv_empty,
     turns,
+    turns_peer,
+    p_smem,
     kv_base,
     turn_parity,
     j,
@@ -247,6 +267,8 @@ def _block(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
+    THREAD_RELEASE: gl.constexpr,
+    P_SMEM: gl.constexpr,
 ):
     """Key block j of ``_pipelined_blocks``; returns P_j as a new value (p_op, P_{j-1}, is
     read by the P @ V wgmma in flight until the wait at the end)."""
@@ -265,7 +287,10 @@ def _block(
         # The k-th turn of this program (over all its tiles) waits for parity k & 1; each
         # tile takes one turn per block but its first: k = kv_base - tiles_before + j - 1,
         # whose parity is turn_parity ^ ((j - 1) & 1).
-        mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
+        if THREAD_RELEASE:
+            mbarrier.wait(turns.index(0), turn_parity ^ ((j - 1) & 1))
+        else:
+            mbarrier.wait(turns.index(CONSUMER), turn_parity ^ ((j - 1) & 1))
     qk = warpgroup_mma(
         q_smem,
         k_smem.index(slot).permute((1, 0)),
@@ -278,9 +303,16 @@ def _block(
         # P @ V reads) and the wait for V overlap it.
         mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
         acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
-    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    if P_SMEM:
+        # P_{j-1} from its shared-memory buffer (j - 1) % 2, written at the end of block j-1.
+        acc = warpgroup_mma(p_smem.index((j - 1) % 2), v_smem.index(prev), acc, is_async=True)
+    else:
+        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
     if PINGPONG:
-        mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
+        if THREAD_RELEASE:
+            _release(turns_peer.index(0))
+        else:
+            mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
     # Only the score wgmma (issued first) must be done; P @ V keeps the tensor cores busy
     # through the softmax below.
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))
@@ -288,9 +320,22 @@ def _block(
         qk, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, causal_shift, MASKED, EMULATED,
         RESCALE_TH,
     )  # fmt: skip
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    mbarrier.arrive(kv_empty.index(prev), count=1)
-    p_new = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    if P_SMEM:
+        # P_j into the other buffer, which the P @ V of block j-2 read (completed, waited for
+        # in that block); the wait for P_{j-1} @ V_{j-1} comes only after it. No register of
+        # the wgmma in flight is rewritten, so ptxas keeps the softmax above that wait (with P
+        # in registers it moves the wait above the exponentials: run 11).
+        p_smem.index(j % 2).store(p.to(q_smem.dtype))
+        fence_async_shared()
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        p_new = p_op  # unused placeholder
+    else:
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        p_new = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    if THREAD_RELEASE:
+        _release(kv_empty.index(prev))
+    else:
+        mbarrier.arrive(kv_empty.index(prev), count=1)
     return acc, p_new, alpha, grew, m_i, l_i
 
 
@@ -309,6 +354,8 @@ def _pipelined_blocks(
     v_ready,
     kv_empty,
     turns,
+    turns_peer,
+    p_smem,
     kv_base,
     turn_parity,
     lo,
@@ -328,6 +375,8 @@ def _pipelined_blocks(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
+    THREAD_RELEASE: gl.constexpr,
+    P_SMEM: gl.constexpr,
 ):
     """Key blocks ``lo .. hi-1`` (block indices, lo >= 1): block j's scores are issued, then
     P_{j-1} @ V_{j-1}, and the softmax of j runs while the latter is still on the tensor cores.
@@ -349,9 +398,9 @@ def _pipelined_blocks(
     for j in range(lo, hi):
         acc, p_op, alpha, grew, m_i, l_i = _block(
             acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready,
-            kv_empty, turns, kv_base, turn_parity, j, qk_scale, offs_m, causal_shift, s_layout,
-            o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, MASKED, CONSUMER, PINGPONG,
-            EMULATED, RESCALE_TH, EARLY_QK,
+            kv_empty, turns, turns_peer, p_smem, kv_base, turn_parity, j, qk_scale, offs_m,
+            causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, MASKED,
+            CONSUMER, PINGPONG, EMULATED, RESCALE_TH, EARLY_QK, THREAD_RELEASE, P_SMEM,
         )  # fmt: skip
     return acc, p_op, alpha, grew, m_i, l_i
 
@@ -367,6 +416,8 @@ def _consumer(
     v_ready,
     kv_empty,
     turns,
+    turns_peer,
+    p_smem,
     desc_o,
     Out,
     LSE,
@@ -390,6 +441,8 @@ def _consumer(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
+    THREAD_RELEASE: gl.constexpr,
+    P_SMEM: gl.constexpr,
 ):
     """One warpgroup, one tile: BLOCK_M query rows starting at ``start_m`` against key blocks
     ``0 .. n_blocks-1`` (blocks ``kv_base ..`` of the program's stream through the ring);
@@ -438,22 +491,27 @@ def _consumer(
     p, alpha, grew, m_i, l_i = _softmax_step(
         qk, m_i, l_i, qk_scale, offs_m, cols, causal_shift, CAUSAL, EMULATED, RESCALE_TH
     )
-    p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    if P_SMEM:
+        p_smem.index(0).store(p.to(q_smem.dtype))
+        fence_async_shared()
+        p_op = gl.to_tensor(0)  # P lives in p_smem; this only fills the loop's slot
+    else:
+        p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     # acc starts at zero: block 0's alpha need not be applied to it.
     grew = gl.to_tensor(0)
     acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
-        turns, kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m, causal_shift,
-        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER, PINGPONG,
-        EMULATED, RESCALE_TH, EARLY_QK,
+        turns, turns_peer, p_smem, kv_base, turn_parity, 1, gl.maximum(n_full, 1), qk_scale, offs_m,
+        causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, CONSUMER,
+        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK, THREAD_RELEASE, P_SMEM,
     )  # fmt: skip
     acc, p_op, alpha, grew, m_i, l_i = _pipelined_blocks(
         acc, p_op, alpha, grew, m_i, l_i, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
-        turns, kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale, offs_m,
-        causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMER,
-        PINGPONG, EMULATED, RESCALE_TH, EARLY_QK,
+        turns, turns_peer, p_smem, kv_base, turn_parity, gl.maximum(n_full, 1), n_blocks, qk_scale,
+        offs_m, causal_shift, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+        CONSUMER, PINGPONG, EMULATED, RESCALE_TH, EARLY_QK, THREAD_RELEASE, P_SMEM,
     )  # fmt: skip
     if PERSISTENT:
         # Every score wgmma of this tile has completed (waited for above): Q's slot is free.
@@ -464,9 +522,17 @@ def _consumer(
     slot = last % STAGES
     acc = _rescale(acc, alpha, grew, row_o, RESCALE_TH)
     mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
-    acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    mbarrier.arrive(kv_empty.index(slot), count=1)
+    if P_SMEM:
+        last_p = p_smem.index((n_blocks - 1) % 2)
+        acc = warpgroup_mma(last_p, v_smem.index(slot), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    else:
+        acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    if THREAD_RELEASE:
+        _release(kv_empty.index(slot))
+    else:
+        mbarrier.arrive(kv_empty.index(slot), count=1)
 
     # Every row saw key 0, so l_i > 0.
     acc = acc / gl.convert_layout(l_i, row_o)[:, None]
@@ -549,6 +615,7 @@ def _consumer_partition(
     v_ready,
     kv_empty,
     turns,
+    turns_peer,
     first,
     step,
     n_tiles,
@@ -570,9 +637,20 @@ def _consumer_partition(
     EMULATED: gl.constexpr,
     RESCALE_TH: gl.constexpr,
     EARLY_QK: gl.constexpr,
+    THREAD_RELEASE: gl.constexpr,
+    P_SMEM: gl.constexpr,
 ):
     """Consumer warpgroup number ``CONSUMER``: its own BLOCK_M rows of each of the program's
     tiles (``first``, ``first + step``, ...)."""
+    if P_SMEM:
+        # P of two consecutive key blocks, as the A operand of the P @ V wgmma.
+        p_smem = gl.allocate_shared_memory(
+            q_bufs.dtype,
+            [2, BLOCK_M, BLOCK_N],
+            gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], q_bufs.dtype),
+        )
+    else:
+        p_smem = q_bufs  # unused
     kv_base = 0
     for tile in range(first, n_tiles, step):
         it = (tile - first) // step  # this program's tile count so far
@@ -583,10 +661,10 @@ def _consumer_partition(
         row = q_row0 + CONSUMER * BLOCK_M
         _consumer(
             q_bufs.index(CONSUMER), k_smem, v_smem, q_bars.index(CONSUMER),
-            q_empty.index(CONSUMER), k_ready, v_ready, kv_empty, turns, desc_o, Out, LSE, row,
-            row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks, kv_base, it & 1, qk_scale,
-            CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER, PINGPONG, PERSISTENT, EMULATED,
-            RESCALE_TH, EARLY_QK,
+            q_empty.index(CONSUMER), k_ready, v_ready, kv_empty, turns, turns_peer, p_smem,
+            desc_o, Out, LSE, row, row, start_m0 + CONSUMER * BLOCK_M, n_q, n_k, n_blocks,
+            kv_base, it & 1, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMER,
+            PINGPONG, PERSISTENT, EMULATED, RESCALE_TH, EARLY_QK, THREAD_RELEASE, P_SMEM,
         )  # fmt: skip
         kv_base += n_blocks
 
@@ -654,7 +732,7 @@ def _loader(
 
 
 @gluon.jit
-def _attn_fwd_ws(
+def _attn_fwd_body(
     desc_q,
     desc_k,
     desc_v,
@@ -676,11 +754,15 @@ def _attn_fwd_ws(
     CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr,
     PERSISTENT: gl.constexpr,
-    EMULATED: gl.constexpr = 0,
-    RESCALE_TH: gl.constexpr = 0.0,
-    EARLY_QK: gl.constexpr = False,
+    EMULATED: gl.constexpr,
+    RESCALE_TH: gl.constexpr,
+    EARLY_QK: gl.constexpr,
+    THREAD_RELEASE: gl.constexpr,
+    P_SMEM: gl.constexpr,
 ):
-    """desc_q/desc_o: (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with
+    """The kernel (``_attn_fwd_ws`` and ``_attn_fwd_ws_run12`` launch it).
+
+    desc_q/desc_o: (B*H*Nq, D) with (BLOCK_M, D) tiles; desc_k/desc_v: (B*Hkv*Nk, D) with
     (BLOCK_N, D) tiles; Out: the same (B*H*Nq, D) as desc_o; LSE: (B*H*Nq,). A tile is
     NUM_CONSUMERS * BLOCK_M query rows of one head; there are (Nq / tile) * n_bh of them.
 
@@ -708,13 +790,35 @@ def _attn_fwd_ws(
     for s in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(v_ready.index(s), count=1)
-        mbarrier.init(kv_empty.index(s), count=NUM_CONSUMERS)  # each consumer releases once
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(2):
-        mbarrier.init(turns.index(c), count=1)
-    if PINGPONG:
-        gl.static_assert(NUM_CONSUMERS == 2, "ping-pong needs two consumer warpgroups")
-        mbarrier.arrive(turns.index(0), count=1)  # consumer 0 issues first
+        if THREAD_RELEASE:
+            # Every thread of every consumer releases the slot (_release).
+            mbarrier.init(kv_empty.index(s), count=NUM_CONSUMERS * _CONSUMER_THREADS)
+        else:
+            mbarrier.init(kv_empty.index(s), count=NUM_CONSUMERS)  # each consumer releases once
+    if THREAD_RELEASE:
+        # Ping-pong turns released by every thread (_release): one barrier per consumer, each
+        # its own allocation (turns_0: consumer 0 waits on it, consumer 1 arrives; turns_1 the
+        # other way round). Two slots of one allocation would read to Triton's barrier pass as
+        # one location written by one warpgroup and read by the other, and it would put a
+        # bar.sync before every arrive again.
+        turns_0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        turns_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(turns_0.index(0), count=_CONSUMER_THREADS)
+        mbarrier.init(turns_1.index(0), count=_CONSUMER_THREADS)
+        if PINGPONG:
+            gl.static_assert(NUM_CONSUMERS == 2, "ping-pong needs two consumer warpgroups")
+            # consumer 0 issues first
+            mbarrier.arrive(turns_0.index(0), count=_CONSUMER_THREADS)
+    else:
+        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for c in gl.static_range(2):
+            mbarrier.init(turns.index(c), count=1)
+        if PINGPONG:
+            gl.static_assert(NUM_CONSUMERS == 2, "ping-pong needs two consumer warpgroups")
+            mbarrier.arrive(turns.index(0), count=1)  # consumer 0 issues first
+        # Each consumer indexes the one allocation by its number.
+        turns_0 = turns
+        turns_1 = turns
 
     # The partitions' arguments: descriptors, shared-memory views and scalars (only the
     # default partition may take tensors).
@@ -725,20 +829,20 @@ def _attn_fwd_ws(
                     _consumer_partition,
                     (
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
-                        v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
+                        v_ready, kv_empty, turns_0, turns_1, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK,
+                        EARLY_QK, THREAD_RELEASE, P_SMEM,
                     ),
                 ),
                 (
                     _consumer_partition,
                     (
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
-                        v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
+                        v_ready, kv_empty, turns_1, turns_0, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 1, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK,
+                        EARLY_QK, THREAD_RELEASE, P_SMEM,
                     ),
                 ),
                 (
@@ -761,10 +865,10 @@ def _attn_fwd_ws(
                     _consumer_partition,
                     (
                         desc_o, Out, LSE, q_bufs, k_smem, v_smem, q_bars, q_empty, k_ready,
-                        v_ready, kv_empty, turns, first, step, n_tiles, num_m, n_q, n_k,
+                        v_ready, kv_empty, turns_0, turns_1, first, step, n_tiles, num_m, n_q, n_k,
                         num_heads, group_size, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         STAGES, NUM_CONSUMERS, 0, PINGPONG, PERSISTENT, EMULATED, RESCALE_TH,
-                        EARLY_QK,
+                        EARLY_QK, THREAD_RELEASE, P_SMEM,
                     ),
                 ),
                 (
@@ -780,6 +884,83 @@ def _attn_fwd_ws(
             [LOADER_WARPS],
             [LOADER_REGS],
         )  # fmt: skip
+
+
+@gluon.jit
+def _attn_fwd_ws(
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_o,
+    Out,
+    LSE,
+    qk_scale,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    n_bh,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    NUM_CONSUMERS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr = 0,
+    RESCALE_TH: gl.constexpr = 0.0,
+    EARLY_QK: gl.constexpr = False,
+):
+    """The forward: see ``_attn_fwd_body``; K/V slots and ping-pong turns released by one
+    thread per consumer after a warpgroup ``bar.sync`` (``mbarrier.arrive``)."""
+    _attn_fwd_body(
+        desc_q, desc_k, desc_v, desc_o, Out, LSE, qk_scale, n_q, n_k, num_heads, group_size,
+        n_bh, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, NUM_CONSUMERS, CONSUMER_REGS,
+        PINGPONG, PERSISTENT, EMULATED, RESCALE_TH, EARLY_QK, False, False,
+    )  # fmt: skip
+
+
+# A kernel of its own rather than more constexprs of ``_attn_fwd_ws``: that kernel's signature
+# is what ``gluon_offline`` compiles, and stays as it was.
+@gluon.jit
+def _attn_fwd_ws_run12(
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_o,
+    Out,
+    LSE,
+    qk_scale,
+    n_q,
+    n_k,
+    num_heads,
+    group_size,
+    n_bh,
+    CAUSAL: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    NUM_CONSUMERS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    PERSISTENT: gl.constexpr,
+    EMULATED: gl.constexpr = 0,
+    RESCALE_TH: gl.constexpr = 0.0,
+    EARLY_QK: gl.constexpr = False,
+    THREAD_RELEASE: gl.constexpr = False,
+    P_SMEM: gl.constexpr = False,
+):
+    """The forward with run 12's options: ``GluonConfig.thread_release`` (every consumer thread
+    arrives on the K/V slot's "empty" barrier and the ping-pong turn itself, ``_release``, no
+    ``bar.sync``) and ``GluonConfig.p_smem`` (P through shared memory)."""
+    _attn_fwd_body(
+        desc_q, desc_k, desc_v, desc_o, Out, LSE, qk_scale, n_q, n_k, num_heads, group_size,
+        n_bh, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, NUM_CONSUMERS, CONSUMER_REGS,
+        PINGPONG, PERSISTENT, EMULATED, RESCALE_TH, EARLY_QK, THREAD_RELEASE, P_SMEM,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -799,6 +980,13 @@ class GluonConfig:
     emulated: int = 0  # of every EXP2_PACK exp2s of a thread, how many by the FMA polynomial
     rescale: float = 0.0  # > 0: rescale only when a row max grows by more (FA4's conditional)
     early_qk: bool = False  # issue the score wgmma before rescaling acc for P @ V (run 11)
+    # Release K/V slots (and ping-pong turns) by every consumer thread's own arrive, with no
+    # warpgroup bar.sync before one thread's (run 12; ``_attn_fwd_ws_run12``).
+    thread_release: bool = False
+    # P of each key block through shared memory (two buffers per consumer) as the A operand of
+    # P @ V, instead of registers, so that ptxas keeps the softmax overlapped with the P @ V
+    # wgmma in flight (run 12; ``_attn_fwd_ws_run12``).
+    p_smem: bool = False
 
     @property
     def tile_m(self) -> int:
@@ -817,7 +1005,8 @@ class GluonConfig:
 # 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b). At D=64
 # the first entry (ping-pong, persistent, score wgmma first) was the fastest tiling or within
 # 1% of it on every N >= 4096 row of run 11e, 0.94-0.99x cuDNN, 1.00-1.06x the Triton forward;
-# ``auto`` still runs the Triton forward at D=64 (kernel.GLUON_FORWARD_HEAD_DIMS).
+# at D=64 ``auto`` runs it for non-causal calls only (kernel.GLUON_FORWARD_NONCAUSAL_HEAD_DIMS,
+# run 12) and the Triton forward for causal ones.
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True, early_qk=True),
@@ -838,11 +1027,13 @@ CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
 }
 
 
-# Levers measured at D=64 on an H200 (docs/benchmarks/attention.md, run 11) and not faster
-# than CONFIGS[64][0] there: FlashAttention-4's software exp2 for 1, 2 or 4 of every 8
+# Levers measured at D=64 on an H200 (docs/benchmarks/attention.md, runs 11 and 12) and not
+# faster than CONFIGS[64][0] there: FlashAttention-4's software exp2 for 1, 2 or 4 of every 8
 # exponentials, its conditional rescaling (threshold 8, base 2), and the score wgmma issued
-# first on the 128/64 tiling, alone and together. Correct (gpu tier), kept so that the
-# measurement can be repeated (``gluon_sweep --levers``); not swept by default.
+# first on the 128/64 tiling, alone and together (run 11); the slot release by every thread
+# and P through shared memory (run 12: -9% to +1% and -6% to -1% against the same tiling
+# without them at N >= 4096). Correct (gpu tier), kept so that the measurement can be
+# repeated (``gluon_sweep --levers``); not swept by default.
 LEVER_CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(128, 64, 3, 2, emulated=1),
@@ -855,6 +1046,30 @@ LEVER_CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
         GluonConfig(64, 128, 3, 2, emulated=2, rescale=8.0, early_qk=True),
         GluonConfig(
             64, 128, 3, 2, pingpong=True, persistent=True, emulated=2, rescale=8.0, early_qk=True
+        ),
+        # Run 12: K/V slots and ping-pong turns released by every consumer thread, no
+        # warpgroup bar.sync (``thread_release``); P through shared memory (``p_smem``).
+        GluonConfig(
+            64, 128, 3, 2, pingpong=True, persistent=True, early_qk=True, thread_release=True
+        ),
+        GluonConfig(128, 64, 3, 2, thread_release=True),
+        GluonConfig(64, 128, 3, 2, thread_release=True),
+        GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True, early_qk=True, p_smem=True),
+        GluonConfig(
+            64,
+            128,
+            3,
+            2,
+            pingpong=True,
+            persistent=True,
+            early_qk=True,
+            thread_release=True,
+            p_smem=True,
+        ),  # fmt: skip
+        GluonConfig(128, 64, 3, 2, thread_release=True, p_smem=True),
+        GluonConfig(64, 128, 3, 2, thread_release=True, p_smem=True),
+        GluonConfig(
+            64, 128, 3, 2, persistent=True, early_qk=True, thread_release=True, p_smem=True
         ),
     ),
 }
@@ -942,13 +1157,17 @@ def attention_forward(
         grid: tuple[int, int] = (min(num_m * b * h, _sm_count(q.device.index or 0)), 1)
     else:
         grid = (num_m, b * h)
-    _attn_fwd_ws[grid](
+    run12 = {}
+    if cfg.thread_release or cfg.p_smem:
+        run12 = {"THREAD_RELEASE": cfg.thread_release, "P_SMEM": cfg.p_smem}
+    fwd = _attn_fwd_ws_run12 if run12 else _attn_fwd_ws
+    fwd[grid](
         desc_q, desc_k, desc_v, desc_o, o, lse, sm_scale * LOG2E, n_q, n_k, h, h // h_kv, b * h,
         CAUSAL=causal, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d,
         STAGES=cfg.stages, NUM_CONSUMERS=cfg.consumers,
         CONSUMER_REGS=CONSUMER_REGS[cfg.consumers], PINGPONG=cfg.pingpong,
         PERSISTENT=cfg.persistent, EMULATED=cfg.emulated, RESCALE_TH=cfg.rescale,
-        EARLY_QK=cfg.early_qk,
+        EARLY_QK=cfg.early_qk, **run12,
         num_warps=WARPS_PER_CONSUMER, maxnreg=KERNEL_MAXNREG[cfg.consumers],
     )  # fmt: skip
     return o, lse

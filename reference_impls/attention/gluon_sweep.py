@@ -4,6 +4,8 @@ GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md
     python -m reference_impls.attention.gluon_sweep --parts correct,host,time --json sweep.json
     python -m reference_impls.attention.gluon_sweep --parts correct,time --dims 64 --levers \
         --triton --precompile-jobs 16 --lengths 4096,16384 --json levers.json
+    python -m reference_impls.attention.gluon_sweep --parts correct,time --dims 64 --levers \
+        --tilings 0,1,2,16,17,18,19 --triton --precompile-jobs 16 --json run12.json
 
 - ``correct``: each tiling (``gluon_fwd.CONFIGS``) against float64 on small shapes, including
   more tiles than SMs, grouped-query heads and Nq != Nk (output and base-2 log-sum-exp).
@@ -417,6 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also check and time gluon_fwd.LEVER_CONFIGS (software exp2, conditional rescale)",
     )
     parser.add_argument(
+        "--tilings",
+        default="",
+        help="indices into each head dim's tilings (CONFIGS, then LEVER_CONFIGS with --levers), "
+        "e.g. 0,1,2,16: only these are compiled, checked and timed (default: all); the first "
+        "becomes the default that forward='gluon' runs in this process",
+    )
+    parser.add_argument(
         "--precompile-jobs",
         type=int,
         default=0,
@@ -436,6 +445,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.levers:
         for d in dims:
             gluon_fwd.CONFIGS[d] = gluon_fwd.CONFIGS[d] + gluon_fwd.LEVER_CONFIGS.get(d, ())
+    if args.tilings:
+        picked = [int(x) for x in args.tilings.split(",")]
+        for d in dims:
+            gluon_fwd.CONFIGS[d] = tuple(gluon_fwd.CONFIGS[d][i] for i in picked)
+        result["tilings"] = {d: [str(c) for c in gluon_fwd.CONFIGS[d]] for d in dims}
     if args.precompile_jobs > 0 and any(p in parts for p in ("correct", "time")):
         # One shape per specialization the sweep meets: the timing shapes (heads divisible
         # by 16) and CORRECT_SHAPES (neither; group size 1 or not).

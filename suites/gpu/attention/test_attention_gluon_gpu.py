@@ -124,7 +124,9 @@ def test_software_exp2_and_conditional_rescale_match_float64(gluon_fwd, attn, dt
     # Each must stay as close to float64 as the default tiling on the same inputs: a wrong
     # coefficient or exponent shift would cost far more than that margin.
     levers = gluon_fwd.LEVER_CONFIGS[64]
-    for cfg in (levers[5], levers[-1]):  # 128/64 with all three; 64/128 ping-pong persistent
+    # 128/64 with all three; 64/128 ping-pong persistent with all three.
+    pp = next(c for c in levers if c.pingpong and c.emulated and c.rescale and c.early_qk)
+    for cfg in (levers[5], pp):
         for causal in (False, True):
             shape = (2, 4, 2, 1024, 1024, 64, causal)
             q, k, v = _inputs(shape, dtype, seed=7)
@@ -144,13 +146,47 @@ def test_software_exp2_and_conditional_rescale_match_float64(gluon_fwd, attn, dt
             assert (lse - lse0).abs().max().item() <= 2.5e-4, (cfg, causal)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_thread_release_and_p_in_shared_memory_match_float64(gluon_fwd, attn, dtype):
+    # gluon_fwd.LEVER_CONFIGS with run 12's options. thread_release: every consumer thread
+    # arrives on the K/V slot's "empty" barrier (and the ping-pong turn) itself, with no
+    # bar.sync, against an expected count of 128 per warpgroup; a wrong count deadlocks or
+    # lets the producer overwrite a slot still being read. p_smem: P through two shared-memory
+    # buffers per consumer; a wrong buffer index or a missing fence reads another block's P.
+    # Either shows as an error far over the default tiling's on the same inputs. Shapes with
+    # more tiles than SMs (persistent programs take several, through one ring), grouped-query
+    # heads, Nq != Nk, causal and not.
+    levers = [c for c in gluon_fwd.LEVER_CONFIGS[64] if c.thread_release or c.p_smem]
+    assert levers
+    shapes = ((2, 4, 2, 1024, 1024, 64), (3, 40, 40, 1024, 1024, 64), (1, 4, 4, 512, 2048, 64))
+    for cfg in levers:
+        for i, (b, h, h_kv, n_q, n_k, d) in enumerate(shapes):
+            for causal in (False, True):
+                q, k, v = _inputs((b, h, h_kv, n_q, n_k, d, causal), dtype, seed=31 + i)
+                assert gluon_fwd.supports(q, k, v, causal, cfg)
+                scale = 1 / math.sqrt(d)
+                o, lse = gluon_fwd.attention_forward(q, k, v, causal, scale, config=cfg)
+                o0, lse0 = gluon_fwd.attention_forward(q, k, v, causal, scale)
+                ref = attn.reference_attention(q.double(), k.double(), v.double(), causal=causal)
+                err, err0 = rel_error(o, ref), rel_error(o0, ref)
+                print(f"{cfg} {(b, h, h_kv, n_q, n_k)} causal={causal} {dtype}: {err:.2e}"
+                      f" (default tiling {err0:.2e})")  # fmt: skip
+                assert err <= FWD_TOL[dtype], (cfg, causal, err)
+                assert err <= 1.25 * err0 + 1e-4, (cfg, causal, err, err0)
+                # The same softmax as the default tiling: only the barriers changed.
+                assert (lse - lse0).abs().max().item() <= 1e-4, (cfg, causal)
+
+
 def test_auto_picks_gluon_only_where_it_measured_faster(attn):
     from reference_impls.attention import kernel
 
-    for d, causal in ((128, True), (128, False), (64, True)):
+    for d, causal in ((128, True), (128, False), (64, True), (64, False)):
         q, k, v = _inputs((2, 4, 4, 1024, 1024, d, causal), torch.bfloat16, seed=d)
         auto = attn.attention(q, k, v, causal=causal)
-        expected = "gluon" if d in kernel.GLUON_FORWARD_HEAD_DIMS else "triton"
+        gluon = d in kernel.GLUON_FORWARD_HEAD_DIMS or (
+            not causal and d in kernel.GLUON_FORWARD_NONCAUSAL_HEAD_DIMS
+        )
+        expected = "gluon" if gluon else "triton"
         assert_equal(auto, attn.attention(q, k, v, causal=causal, forward=expected), bitwise=True)
 
 
