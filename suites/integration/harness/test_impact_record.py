@@ -55,6 +55,10 @@ MODULE = """
 
     def in_clean_child(x):
         return x + 9
+
+
+    def once(x):
+        return x * 7
 """
 
 # Benchmarks (asv's conventions): one runs `timed` itself, one runs `in_subprocess` in a
@@ -133,6 +137,20 @@ BENCHMARKS = """
             assert self.v == 1
 
 
+    # number = 1: asv runs setup before every call (a training loop that refuses to overwrite
+    # its checkpoints is such a benchmark); the recording's second call must do the same.
+    class Once:
+        number = 1
+
+        def setup(self):
+            self.used = False
+
+        def time_once(self):
+            assert not self.used, "called twice after one setup"
+            self.used = True
+            mod.once(1)
+
+
     class CleanChild:
         def time_clean(self):
             # An environment without coverage's start-up variable: what the child runs is
@@ -189,7 +207,7 @@ FILES = {
 
         def test_timed_and_cached():
             assert mod.timed(1) == 5 and mod.cached(1) == 8
-            assert mod.memo(4) == 1 and mod.in_clean_child(1) == 10
+            assert mod.memo(4) == 1 and mod.in_clean_child(1) == 10 and mod.once(1) == 7
     """,
     "asv.conf.json": json.dumps(ASV_CONF),
     ".gitignore": ".asv/\n__pycache__/\n",
@@ -295,6 +313,7 @@ def test_the_map_names_the_benchmarks_that_ran_each_function(recorded) -> None:
         "bench_mod.Gpu.time_gpu": False,
         "bench_mod.Memo1.time_m1": True,
         "bench_mod.Memo2.time_m2": True,
+        "bench_mod.Once.time_once": True,
         "bench_mod.Sub.time_sub": True,
         "bench_mod.Timed.time_timed": True,
     }
@@ -369,7 +388,8 @@ def test_a_change_inside_a_function_re_times_only_the_benchmarks_that_ran_it(
         "bench_mod.CleanChild.time_clean",
         "bench_mod.Gpu.time_gpu",
     ]
-    every += ["bench_mod.Memo1.time_m1", "bench_mod.Memo2.time_m2", "bench_mod.Sub.time_sub"]
+    every += ["bench_mod.Memo1.time_m1", "bench_mod.Memo2.time_m2", "bench_mod.Once.time_once"]
+    every += ["bench_mod.Sub.time_sub"]
     every += ["bench_mod.Timed.time_timed"]
     assert [n for n in every if regex.search(n)] == expected
     assert plan.skip_perf is None
