@@ -23,12 +23,27 @@ from harness.impact import CONTEXT_ENV
 _SHARED_SCOPES = ("session", "package")
 
 
+def _stop_forkserver() -> None:
+    """Stop multiprocessing's forkserver, if this process started one. It forks every later
+    process from its own state, environment included, so the processes a later test started
+    through it would carry the label of the test that started the server (torch.distributed
+    launchers use one). Stopped at each label change, the next test that needs it starts a
+    fresh one, under its own label. ``_stop`` is the method CPython's own tests use."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is not None:
+        server._stop()
+
+
 class _Labels:
     def __init__(self, coverage: Any) -> None:
         self._coverage = coverage
         self.current = ""
 
     def switch(self, label: str) -> None:
+        if label != self.current:
+            _stop_forkserver()
         self.current = label
         os.environ[CONTEXT_ENV] = label
         self._coverage.switch_context(label)

@@ -527,6 +527,57 @@ def test_a_benchmark_file_that_does_not_import_is_left_out_and_runs_whole(
     }
 
 
+FORKSERVER_FILES = {
+    "pkg/__init__.py": "",
+    "pkg/work.py": """
+        def rank_work(n):
+            return n + 1
+
+
+        def other_work(n):
+            return n + 2
+    """,
+    # As reference_impls/collectives/launcher.py starts ranks: from multiprocessing's
+    # forkserver, one per process, started by whichever test needs it first.
+    "pkg/launch.py": """
+        import multiprocessing
+
+
+        def run(fn, n):
+            process = multiprocessing.get_context("forkserver").Process(target=fn, args=(n,))
+            process.start()
+            process.join()
+            assert process.exitcode == 0
+    """,
+    "suites/unit/test_a.py": """
+        from pkg import launch, work
+
+        def test_a():
+            launch.run(work.other_work, 1)
+    """,
+    "suites/unit/test_b.py": """
+        from pkg import launch, work
+
+        def test_b():
+            launch.run(work.rank_work, 1)
+    """,
+}
+
+
+def test_processes_a_forkserver_starts_carry_the_label_of_the_test_that_asked(
+    tmp_path: Path,
+) -> None:
+    # The forkserver forks from its own state: started by test_a, it would hand test_a's label
+    # to the rank test_b starts, and a change to rank_work would select test_a only.
+    root = _write(tmp_path / "project", FORKSERVER_FILES)
+    proc = _record(root, "--workers", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    payload = json.loads((root / ".harness" / "impact.json").read_text())
+    units = payload["files"]["pkg/work.py"]["units"]
+    assert units["rank_work"]["tests"] == ["suites/unit/test_b.py"]
+    assert units["other_work"]["tests"] == ["suites/unit/test_a.py"]
+
+
 def test_the_recorder_plugin_without_coverage_is_a_usage_error(tmp_path: Path) -> None:
     root = _write(tmp_path / "project", FILES)
     env = {k: v for k, v in _env().items() if not k.startswith("COVERAGE_PROCESS")}
