@@ -70,6 +70,27 @@ COUNT_ENV = {
     "MKL_NUM_THREADS": "1",
 }
 
+# A coverage tracer started in the counted process (coverage.py's start-up hook, pytest-cov's
+# subprocess support) runs inside the counted regions: its per-line work is counted with the
+# benchmark's, and its data writes made the repeats of unchanged code differ by 2.3% once
+# (`harness impact record`, 2026-12-03). Counts measure the benchmark, so they are not passed on.
+COVERAGE_START_VARS = (
+    "COVERAGE_PROCESS_START",
+    "COVERAGE_PROCESS_CONFIG",
+    "COV_CORE_SOURCE",
+    "COV_CORE_CONFIG",
+    "COV_CORE_DATAFILE",
+)
+
+
+def count_environ(project: Project) -> dict[str, str]:
+    """The environment of one side's counted run: asv's, COUNT_ENV, no coverage tracer."""
+    env = _asv_environ(project, COUNT_ENV)
+    for name in COVERAGE_START_VARS:
+        env.pop(name, None)
+    return env
+
+
 SHIM_SOURCE = """\
 #include <valgrind/callgrind.h>
 int harness_running_on_valgrind(void) { return RUNNING_ON_VALGRIND; }
@@ -372,11 +393,11 @@ def measure_counts(
         script = tmp / "counts_worker.py"
         shutil.copyfile(Path(__file__).with_name("_counts_worker.py"), script)
         rel = project.benchmark_dir.relative_to(project.root)
-        base_env = _asv_environ(project, COUNT_ENV)
+        base_env = count_environ(project)
         base_env["PYTHONPATH"] = os.pathsep.join(
             [str(code_dir)] + ([base_env["PYTHONPATH"]] if base_env.get("PYTHONPATH") else [])
         )
-        head_env = _asv_environ(project, COUNT_ENV)
+        head_env = count_environ(project)
         sides = {"base": (code_dir / rel, base_env), "head": (project.benchmark_dir, head_env)}
         for n, name in enumerate(names, 1):
             result = results[name] = CountResult(name)

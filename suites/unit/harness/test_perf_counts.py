@@ -280,3 +280,20 @@ def test_the_tier_sends_only_count_regressions_to_ab_pairs_at_their_own_threshol
     assert {r.name: r.status for r in out.rows}["b.T.time_x"] is S.REGRESSED
     assert {r.name: r.status for r in out.rows}["b.T.time_y"] is S.UNCHANGED
     assert out.exit_code == EXIT_REGRESSION and "1 count regression" in note
+
+
+def test_the_counted_run_gets_no_coverage_tracer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under `harness impact record` (or pytest-cov) these are set for every process: a tracer
+    # in the counted process would be counted with the benchmark.
+    from harness.perf import Project
+
+    (tmp_path / "asv.conf.json").write_text('{"version": 1, "benchmark_dir": "benchmarks"}')
+    for name in counts.COVERAGE_START_VARS:
+        monkeypatch.setenv(name, "/tmp/coveragerc")
+    monkeypatch.setenv("KEPT_FOR_THE_BENCHMARK", "1")
+    env = counts.count_environ(Project.load(tmp_path))
+    assert not set(counts.COVERAGE_START_VARS) & set(env)
+    assert env["KEPT_FOR_THE_BENCHMARK"] == "1"
+    assert env["PYTHONHASHSEED"] == counts.COUNT_ENV["PYTHONHASHSEED"]
