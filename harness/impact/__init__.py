@@ -399,7 +399,7 @@ def build(
             ambient = False
             for line in range(first, last + 1):
                 for context in by_line.get(line, ()):
-                    label = context.rsplit("|", 1)[-1] if "|" in context else context
+                    label = context.rsplit("|", 1)[-1]  # a subprocess's: static|dynamic
                     if label.startswith(BENCH_CACHE_PREFIX):
                         benches |= set(caches.get(label, ()))
                     elif label.startswith(BENCH_PREFIX):

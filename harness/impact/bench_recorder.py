@@ -247,7 +247,6 @@ def _record_all(
         print(f"[{i}/{len(found)}] {name}", end="", flush=True)
         limit = 3 * max(float(getattr(bench, "timeout", 0) or 0), timeout)  # coverage is slow
         cache_file: Path | None = None
-        folder = Path(tempfile.mkdtemp(dir=scratch))
         why: list[str] = []
         if bench._setup_cache is not None:
             key = str(bench.setup_cache_key)
@@ -261,11 +260,13 @@ def _record_all(
                 reply = _in_child(make, limit)
                 cache_state[cache_label] = (made, "" if reply.get("ok") else reply["why"])
             cache_file, failed = cache_state[cache_label]
-            folder = cache_file.parent  # asv runs a cache's benchmarks where the cache ran
             if failed:
                 why.append(f"its setup_cache failed: {failed}")
         ran = skipped = 0
-        for idx in _combos(bench) if not why else ():
+        combos = _combos(bench)
+        for idx in combos if not why else ():
+            # A fresh folder per process; asv runs a cache's benchmarks where the cache ran.
+            folder = cache_file.parent if cache_file else Path(tempfile.mkdtemp(dir=scratch))
             once = functools.partial(_run_once, bench, idx, cache_file, folder)
             reply = _in_child(once, limit)
             if reply.get("ok"):
@@ -275,7 +276,7 @@ def _record_all(
             elif reply["why"] not in why:
                 why.append(reply["why"])
         if skipped:
-            total = len(_combos(bench))
+            total = len(combos)
             why.append(f"skipped itself in setup for {skipped} of {total} parameter combination(s)")
         entry["ran"] = ran > 0 and not why
         entry["why"] = "; ".join(why)
