@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ def gate_once(
     load: int,
     factor: float | None = None,
     ab_start: str | None = None,
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -83,6 +85,7 @@ def gate_once(
         str(reports),
     ] + ([] if factor is None else ["--factor", str(factor)])
     cmd += [] if ab_start is None else ["--ab-start", ab_start]
+    cmd += list(extra)  # more `harness perf ci` options (perf_gate_rates.py: --counts ...)
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_BASE_REF", "CI")}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
     started = time.monotonic()
