@@ -147,14 +147,20 @@ def stored_case(tmp: Path) -> dict[str, Any]:
     }
 
 
-def real_case(tmp: Path, bench: str) -> dict[str, Any]:
-    clone = tmp / "clone"
+def clone_with_readme_change(clone: Path) -> None:
+    """A clone of this repository: ``main`` at its HEAD, ``feature`` (checked out) one commit
+    on, changing only the README."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     tiny_asv_project.git(clone, "checkout", "-q", "-B", "main")
     tiny_asv_project.git(clone, "checkout", "-q", "-b", "feature")
     with (clone / "README.md").open("a") as f:
         f.write("\nA change that touches no benchmark.\n")
     tiny_asv_project.git(clone, "commit", "-qam", "README only")
+
+
+def real_case(tmp: Path, bench: str) -> dict[str, Any]:
+    clone = tmp / "clone"
+    clone_with_readme_change(clone)
     step = _harness(
         "perf", "ci", "--measure-base", "always", "--require-baseline", "--base-ref", "main",
         "--machine", "rates-real", "--bench", bench, "--report-dir", str(tmp / "reports"),
@@ -190,14 +196,22 @@ def run_case(case: str, bench: str) -> dict[str, Any]:
     }
 
 
+def _upper(k: int, n: int, confidence: float = 0.95) -> float:
+    """Clopper-Pearson: the one-sided upper bound on a rate seen k times in n trials."""
+    from scipy.stats import beta
+
+    return 1.0 if k >= n else float(beta.ppf(confidence, k + 1, n - k))
+
+
 def summary(path: Path) -> str:
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     by: dict[tuple[str, int], list[dict[str, Any]]] = collections.defaultdict(list)
     for row in lines:
         by[(row["case"], row["busy_loops"])].append(row)
     out = ["| case | busy loops | runs | expected exit | exit 0 / 1 / 2 / other | "
-           "must-never exit seen | load1 | seconds per run (median) |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "wrong exits: 95% upper bound on their rate | must-never exit seen | load1 | "
+           "seconds per run (median) |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for (case, loops), rows in sorted(by.items()):
         want, never = EXPECT[case]
         codes = collections.Counter(r["exit"] for r in rows)
@@ -211,6 +225,7 @@ def summary(path: Path) -> str:
         out.append(
             f"| {case} | {loops} | {len(rows)} | {'/'.join(map(str, sorted(want)))}: "
             f"**{hits} of {len(rows)}** | {codes[0]} / {codes[1]} / {codes[2]} / {other} | "
+            f"{_upper(len(rows) - hits, len(rows)):.1%} | "
             f"{bad if never is not None else '-'} | {min(loads):.1f}-{max(loads):.1f} | "
             f"{secs[len(secs) // 2]:.0f} |"
         )
