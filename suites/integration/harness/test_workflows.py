@@ -52,7 +52,7 @@ CI_JOBS = {
     "gpu",
     "report",
 }
-NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation"}
+NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation", "perf-calibrate"}
 REUSABLE_JOBS = {
     "harness-tiers.yml": {"tiers-plan", "tiers-shard", "tiers-merge", "tiers-gpu"},
     "harness-perf.yml": {"perf-gate"},
