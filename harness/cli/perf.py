@@ -520,6 +520,14 @@ def ci(
     metavar="SECONDS",
     help="At most this many seconds of A/B pairs per benchmark and trial.",
 )
+@click.option(
+    "--shard",
+    default=None,
+    metavar="K/N",
+    callback=lambda _ctx, _param, value: _shard_spec(value),
+    help="Only the K-th of N shards of the matched benchmarks (every N-th in name order from "
+    "the K-th, 0 <= K < N): N runs calibrate each once (the nightly job takes one a night).",
+)
 @machine_option
 def calibrate(
     bench: str | None,
@@ -530,6 +538,7 @@ def calibrate(
     ab_pairs: int,
     ab_start: str,
     ab_budget: float,
+    shard: str | None,
     machine: str | None,
 ) -> None:
     """Measure the gate on this machine now: A/A runs (the working tree against itself) and
@@ -557,6 +566,10 @@ def calibrate(
         ]
         if not names:
             raise lib.PerfError(f"no timing benchmark matched {bench!r} in group {group}")
+        if shard is not None:
+            names = lib.calibration_shard(names, shard)
+            if not names:
+                raise lib.PerfError(f"shard {shard} of {group} holds no timing benchmark")
         head = lib.resolve_commit(project.root, "HEAD")
         click.echo(
             f"harness perf calibrate: {len(names)} benchmark(s), {trials} trials of A/A and of "
@@ -603,6 +616,16 @@ def calibrate(
             + (f"; {len(r.errors)} failed measurement(s): {r.errors[0]}" if r.errors else "")
         )
     click.echo(f"harness perf calibrate: recorded in {path}")
+
+
+def _shard_spec(value: str | None) -> str | None:
+    """--shard checked before any work (exit 2 naming the value)."""
+    if value is not None:
+        try:
+            lib.calibration_shard([], value)
+        except lib.PerfError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
 
 
 def _pct(value: float | None) -> str:

@@ -101,6 +101,7 @@ from harness.perf.calibrate import (
     check_slowdowns,
 )
 from harness.perf.calibrate import save as calibration_save
+from harness.perf.calibrate import shard as calibration_shard
 from harness.perf.counts import (
     DEFAULT_COUNT_THRESHOLD,
     CountComparison,
@@ -254,6 +255,7 @@ __all__ = [
     "calibrate",
     "calibration_path",
     "calibration_save",
+    "calibration_shard",
     "check_factor_supported",
     "check_slowdowns",
     "DEFAULT_FACTOR",

@@ -123,6 +123,19 @@ def calibrate(
     return [_summary(n, trials, verdicts[n], aa[n], errors[n]) for n in names]
 
 
+def shard(names: Sequence[str], spec: str) -> list[str]:
+    """The K-th of N shards (spec "K/N", 0 <= K < N) of names in sorted order: every N-th name
+    from the K-th, so that N runs (nightly.yml: one a night) calibrate each name once."""
+    k_text, sep, n_text = spec.partition("/")
+    try:
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        k, n = -1, 0
+    if not sep or n < 1 or not 0 <= k < n:
+        raise PerfError(f"--shard must be K/N with 0 <= K < N (e.g. 3/12), got {spec!r}")
+    return sorted(names)[k::n]
+
+
 def _rate(verdicts: list[str], *wanted: str) -> float:
     return sum(v in wanted for v in verdicts) / len(verdicts) if verdicts else 0.0
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from test_perf_decision import MACHINE, noisy, two_commits, write_results  # noqa: F401
 
 from harness import perf
+from harness.cli import main
 from harness.perf.calibrate import read
 from harness.perf.sequential import AB_BLOCK, SamplingPlan, sample_until_decided
 
@@ -166,3 +169,22 @@ def test_a_damaged_calibration_file_is_an_error_naming_it_not_no_calibration(tmp
     path.write_text(json.dumps({"factors": []}))
     with pytest.raises(perf.PerfError, match="cannot be read"):
         perf.check_factor_supported(project, MACHINE, 1.2, ["b.time_x"])
+
+
+def test_shards_cover_every_benchmark_once_in_name_order():
+    names = [f"b.C.time_{c}" for c in "gfedcba"]
+    shards = [perf.calibration_shard(names, f"{k}/3") for k in range(3)]
+    assert shards[0] == ["b.C.time_a", "b.C.time_d", "b.C.time_g"]
+    assert sorted(n for s in shards for n in s) == sorted(names)
+    assert perf.calibration_shard(names, "0/1") == sorted(names)
+
+
+@pytest.mark.parametrize("spec", ["3/3", "-1/3", "1/0", "1", "a/b", "1/2/3", ""])
+def test_a_shard_that_is_not_k_of_n_is_refused_by_name_before_any_work(spec):
+    with pytest.raises(perf.PerfError, match=re.escape(repr(spec))):
+        perf.calibration_shard(["b.C.time_x"], spec)
+    result = CliRunner().invoke(
+        main, ["perf", "calibrate", "--shard", spec], catch_exceptions=False
+    )
+    assert result.exit_code == 2
+    assert "--shard" in result.output
