@@ -1005,8 +1005,8 @@ class GluonConfig:
 # 0.81-0.99x the default at D=128, N >= 4096 and were faster only at N=1024 (run 9b). At D=64
 # the first entry (ping-pong, persistent, score wgmma first) was the fastest tiling or within
 # 1% of it on every N >= 4096 row of run 11e, 0.94-0.99x cuDNN, 1.00-1.06x the Triton forward;
-# at D=64 ``auto`` runs it for non-causal calls only (kernel.GLUON_FORWARD_NONCAUSAL_HEAD_DIMS,
-# run 12) and the Triton forward for causal ones.
+# at D=64 ``auto`` runs it for non-causal calls from 16384 keys on
+# (kernel.GLUON_FORWARD_NONCAUSAL_MIN_KEYS, run 13) and the Triton forward otherwise.
 CONFIGS: dict[int, tuple[GluonConfig, ...]] = {
     64: (
         GluonConfig(64, 128, 3, 2, pingpong=True, persistent=True, early_qk=True),

@@ -6,6 +6,8 @@ GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md
         --triton --precompile-jobs 16 --lengths 4096,16384 --json levers.json
     python -m reference_impls.attention.gluon_sweep --parts correct,time --dims 64 --levers \
         --tilings 0,1,2,16,17,18,19 --triton --precompile-jobs 16 --json run12.json
+    python -m reference_impls.attention.gluon_sweep --parts paths --dims 64 --rounds 6 \
+        --causal no,yes --json run13.json
 
 - ``correct``: each tiling (``gluon_fwd.CONFIGS``) against float64 on small shapes, including
   more tiles than SMs, grouped-query heads and Nq != Nk (output and base-2 log-sum-exp).
@@ -15,6 +17,12 @@ GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md
   causal), ``do_bench`` medians with L2 flushed, each provider timed ``--rounds`` times in
   turn so the spread between rounds shows. Shapes as in ``bench.py``: H = 2048 / D,
   B * N = 32768.
+- ``paths``: why ``bench.py`` and ``time`` read the Gluon forward differently (run 13): per
+  shape (``--causal`` no, yes or both), bench.py's own ``measure`` in its order (triton,
+  gluon, cudnn), then the default tiling reached each way the two tools reach it (through
+  ``attention(forward="gluon")`` or ``gluon_fwd.attention_forward``, on bench.py's inputs or
+  this tool's) beside bench.py's Triton and cuDNN, ``--rounds`` times in shuffled orders:
+  per-call quantiles, the provider timed just before, NVML clocks during each timing.
 - ``bwd-correct``: the Gluon backward (``gluon_bwd.py``; dQ by in-kernel reductions, by the
   Gluon dQ kernel and by kernel.py's, every tiling) against float64 autograd: dQ, dK, dV,
   with the Triton backward's errors on the same inputs beside them.
@@ -27,10 +35,13 @@ GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -211,6 +222,210 @@ def timing(
                             row.setdefault(name, []).append(round(flops / ms / 1e9, 1))
                     rows.append(row)
                     print("time", row, flush=True)
+    return rows
+
+
+class _ClockLog:
+    """SM clock, power and temperature sampled by NVML every ``period_s`` in a thread, so that a
+    timing can be read against the clocks the GPU ran at meanwhile (None where NVML is missing)."""
+
+    def __init__(self, period_s: float = 0.01) -> None:
+        self.samples: list[tuple[float, int, float, int, int]] = []
+        self._period = period_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml: ModuleType | None = None
+        try:
+            pynvml = importlib.import_module("pynvml")  # nvidia-ml-py, where installed
+            pynvml.nvmlInit()
+            index = torch.cuda.current_device()
+            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception as exc:  # no NVML: timings without clocks
+            print("clocks: no NVML", repr(exc)[:200], flush=True)
+            self._nvml = None
+
+    def __enter__(self) -> _ClockLog:
+        if self._nvml is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        nv, h = self._nvml, self._handle
+        assert nv is not None
+        reasons: Callable[[object], int] = getattr(
+            nv,
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda _: 0),
+        )
+        while not self._stop.is_set():
+            try:
+                self.samples.append(
+                    (
+                        time.monotonic(),
+                        nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                        nv.nvmlDeviceGetPowerUsage(h) / 1000,
+                        nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+                        reasons(h),
+                    )
+                )
+            except Exception as exc:  # stop sampling, keep timing
+                print("clocks: NVML failed", repr(exc)[:200], flush=True)
+                return
+            time.sleep(self._period)
+
+    def window(self, t0: float, t1: float) -> dict | None:
+        """Mean and min SM clock (MHz), mean power (W), max temperature and the OR of the
+        clock-event reasons (NVML bit mask) over the samples in [t0, t1]."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        if not inside:
+            return None
+        reasons = 0
+        for s in inside:
+            reasons |= s[4]
+        return {
+            "sm_mhz": round(sum(s[1] for s in inside) / len(inside)),
+            "sm_mhz_min": min(s[1] for s in inside),
+            "watts": round(sum(s[2] for s in inside) / len(inside)),
+            "temp_c": max(s[3] for s in inside),
+            "reasons": reasons,
+        }
+
+
+def _per_call(times: Sequence[float]) -> dict:
+    """Quantiles (ms) of one ``do_bench(return_mode="all")``'s per-call times."""
+    t = torch.tensor(list(times), dtype=torch.float64)
+    q = torch.quantile(t, torch.tensor([0.1, 0.2, 0.5, 0.8, 0.9], dtype=torch.float64)).tolist()
+    return {
+        "n": len(times),
+        "min": round(t.min().item(), 4),
+        "p10": round(q[0], 4),
+        "p20": round(q[1], 4),
+        "ms": round(q[2], 4),
+        "p80": round(q[3], 4),
+        "p90": round(q[4], 4),
+        "max": round(t.max().item(), 4),
+    }
+
+
+def _paths_providers(case, inputs_a, inputs_b) -> dict[str, Callable[[], object]]:
+    """The Gluon forward (default tiling) reached each way that bench.py and this sweep reach
+    it, on bench.py's inputs (``inputs_a``: ``bench.make_inputs``, requires_grad, a seeded
+    generator) and this sweep's (``inputs_b``: plain ``torch.randn``), with bench.py's Triton
+    and cuDNN providers on bench.py's inputs."""
+    from reference_impls.attention import bench
+
+    qa, ka, va, _ = inputs_a
+    qb, kb, vb = inputs_b
+    causal, scale, cfg = case.causal, 1 / math.sqrt(case.d), gluon_fwd.CONFIGS[case.d][0]
+
+    def no_grad(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            with torch.no_grad():
+                return fn()
+
+        return run
+
+    return {
+        "bench gluon": bench.step_fn("gluon", case, inputs_a),
+        "direct, bench inputs": no_grad(
+            lambda: gluon_fwd.attention_forward(qa, ka, va, causal, scale, cfg)
+        ),
+        "direct, sweep inputs": no_grad(
+            lambda: gluon_fwd.attention_forward(qb, kb, vb, causal, scale, cfg)
+        ),
+        "attention(forward='gluon'), sweep inputs": no_grad(
+            lambda: kernel.attention(qb, kb, vb, causal=causal, forward="gluon")
+        ),
+        "bench triton": bench.step_fn("triton", case, inputs_a),
+        "bench cudnn": bench.step_fn("cudnn", case, inputs_a),
+    }
+
+
+def _paths_shape(case, rounds: int, clocks: _ClockLog, rng) -> dict:
+    """``paths`` on one shape (a ``bench.Case``)."""
+    from reference_impls.attention import bench
+
+    inputs_a = bench.make_inputs(case)
+    shape = (case.batch, case.heads, case.n, case.d)
+    inputs_b = tuple(torch.randn(shape, device="cuda", dtype=case.dtype) for _ in "qkv")
+    row: dict = {
+        "dtype": str(case.dtype).removeprefix("torch."),
+        "d": case.d,
+        "n": case.n,
+        "b": case.batch,
+        "h": case.heads,
+        "causal": case.causal,
+        "flops": case.flops(),
+        "bench_order": [],
+        "rounds": [],
+    }
+    for provider in ("triton", "gluon", "cudnn"):
+        t0 = time.monotonic()
+        r = bench.measure(case, provider, inputs_a)
+        row["bench_order"].append(
+            {"provider": provider, "ms": r.ms, "p20": r.ms_p20, "p80": r.ms_p80,
+             "error": r.error, "clocks": clocks.window(t0, time.monotonic())}
+        )  # fmt: skip
+    providers = _paths_providers(case, inputs_a, inputs_b)
+    for fn in providers.values():
+        fn()
+    torch.cuda.synchronize()
+    before = "bench cudnn"
+    for _ in range(rounds):
+        order = list(providers)
+        rng.shuffle(order)
+        for name in order:
+            t0 = time.monotonic()
+            times = triton.testing.do_bench(providers[name], warmup=25, rep=100, return_mode="all")
+            row["rounds"].append(
+                {"provider": name, "after": before, **_per_call(times),
+                 "clocks": clocks.window(t0, time.monotonic())}
+            )  # fmt: skip
+            before = name
+    return row
+
+
+def paths(
+    dims: Sequence[int],
+    dtypes: Sequence[str],
+    lengths: Sequence[int],
+    rounds: int,
+    causals: Sequence[bool] = (False, True),
+) -> list[dict]:
+    """Why bench.py and this sweep disagree on the Gluon forward (run 13): per shape, first
+    bench.py's own ``measure`` in bench.py's order (triton, gluon, cudnn: the Triton
+    autotuning at a new length included), then every way of reaching the Gluon forward
+    (``_paths_providers``) with bench.py's Triton and cuDNN, ``rounds`` times, each round in a
+    new shuffled order (the provider timed just before is recorded). Each timing is one
+    ``do_bench(warmup=25, rep=100)`` as both tools call it, with its per-call quantiles and
+    the NVML clocks during it."""
+    import random
+
+    from reference_impls.attention import bench
+
+    rng = random.Random(13)
+    rows = []
+    with _ClockLog() as clocks:
+        for dtype_name in dtypes:
+            for d in dims:
+                for n in lengths:
+                    for causal in causals:
+                        case = bench.Case.standard(d, n, causal, "fwd", DTYPES[dtype_name])
+                        row = _paths_shape(case, rounds, clocks, rng)
+                        rows.append(row)
+                        medians: dict[str, list[float]] = {}
+                        for x in row["rounds"]:
+                            medians.setdefault(x["provider"], []).append(x["ms"])
+                        bench_ms = {x["provider"]: x["ms"] for x in row["bench_order"]}
+                        print("paths", dtype_name, d, n, causal, "bench order:", bench_ms,
+                              "rounds:", medians, flush=True)  # fmt: skip
+                        torch.cuda.empty_cache()
     return rows
 
 
@@ -411,6 +626,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="bf16,fp16")
     parser.add_argument("--lengths", default="1024,4096,16384")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--causal", default="no,yes", help="paths: no, yes or both (default: no,yes)"
+    )
     parser.add_argument("--json", default="gluon_sweep.json")
     parser.add_argument("--triton", action="store_true", help="also time the Triton forward")
     parser.add_argument(
@@ -474,6 +692,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "time" in parts:
         lengths = [int(x) for x in args.lengths.split(",")]
         result["time"] = timing(dims, args.dtypes.split(","), lengths, args.rounds, args.triton)
+        save()
+    if "paths" in parts:
+        lengths = [int(x) for x in args.lengths.split(",")]
+        causals = [{"no": False, "yes": True}[x] for x in args.causal.split(",")]
+        result["paths"] = paths(dims, args.dtypes.split(","), lengths, args.rounds, causals)
         save()
     if any(p in parts for p in ("bwd-correct", "bwd-time", "bwd-kernels")):
         # The Triton backward's autotuning configs, compiled in parallel into the disk cache

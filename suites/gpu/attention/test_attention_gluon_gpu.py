@@ -178,16 +178,28 @@ def test_thread_release_and_p_in_shared_memory_match_float64(gluon_fwd, attn, dt
 
 
 def test_auto_picks_gluon_only_where_it_measured_faster(attn):
+    # "auto" runs the kernel kernel.gluon_forward_by_default names (the same bits as forcing
+    # it), at both head dims, both masks, and at D=64 on either side of the key count from
+    # which non-causal calls take the Gluon forward (run 13: 16384): Nk = 8192 and 16384,
+    # one head each so the long rows stay small.
     from reference_impls.attention import kernel
 
-    for d, causal in ((128, True), (128, False), (64, True), (64, False)):
-        q, k, v = _inputs((2, 4, 4, 1024, 1024, d, causal), torch.bfloat16, seed=d)
-        auto = attn.attention(q, k, v, causal=causal)
-        gluon = d in kernel.GLUON_FORWARD_HEAD_DIMS or (
-            not causal and d in kernel.GLUON_FORWARD_NONCAUSAL_HEAD_DIMS
-        )
-        expected = "gluon" if gluon else "triton"
-        assert_equal(auto, attn.attention(q, k, v, causal=causal, forward=expected), bitwise=True)
+    shapes = [(2, 4, 4, 1024, 1024, d) for d in (128, 64)]
+    shapes += [(1, 1, 1, n, n, 64) for n in (8192, 16384)]
+    picked = set()
+    for b, h, h_kv, n_q, n_k, d in shapes:
+        for causal in (True, False):
+            q, k, v = _inputs((b, h, h_kv, n_q, n_k, d, causal), torch.bfloat16, seed=d + n_k)
+            auto = attn.attention(q, k, v, causal=causal)
+            gluon = kernel.gluon_forward_by_default(d, causal, n_k)
+            expected = "gluon" if gluon else "triton"
+            forced = attn.attention(q, k, v, causal=causal, forward=expected)
+            assert_equal(auto, forced, bitwise=True)
+            picked.add((d, causal, n_k >= 16384, expected))
+    # The policy measured in run 13, as the table says: D=128 always Gluon; D=64 causal
+    # always Triton; D=64 non-causal Gluon from 16384 keys on.
+    assert (64, False, True, "gluon") in picked and (64, False, False, "triton") in picked
+    assert (64, True, True, "triton") in picked and (128, True, False, "gluon") in picked
 
 
 def test_shapes_the_gluon_kernel_does_not_cover_fall_back_to_triton(attn):
