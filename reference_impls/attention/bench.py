@@ -23,10 +23,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import importlib
 import json
 import os
+import random
 import statistics
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -106,6 +110,12 @@ class Result:
     ms_p20: float | None = None
     ms_p80: float | None = None
     error: str | None = None
+    # --nvml: SM clock / power / temperature over the timing (GpuMonitor.summary); None without.
+    nvml: dict | None = None
+    # --interleave R: the per-round medians (ms), in round order; ms is their median.
+    rounds: list[float] | None = None
+    # --interleave R: the provider's place (0-based) in each round's shuffled order.
+    order: list[int] | None = None
 
     @property
     def tflops(self) -> float | None:
@@ -192,18 +202,236 @@ def time_ms(
     return med, p20, p80
 
 
-def measure(case: Case, provider: str, inputs=None) -> Result:
-    """Time one provider on one case; a provider that cannot run it gets an error, not a crash."""
+class GpuMonitor:
+    """NVML readings around one timing (``--nvml``): a synchronous reading right before and right
+    after it, and a thread reading every ``period_s`` in between. ``summary()`` gives min/max SM
+    clock (MHz), power (W) and temperature (C) over them, the OR of the clock-event reasons (NVML
+    bit mask: 0x4 software power cap, 0x20 software thermal, 0x40 hardware thermal, 0x8 hardware
+    slowdown) and the readings taken right before and after. Without NVML (nvidia-ml-py) it warns
+    once and records nothing."""
+
+    def __init__(self, period_s: float = 0.005) -> None:
+        self.period_s = period_s
+        self.samples: list[tuple[float, int, float, int, int]] = []
+        self.before: tuple[float, int, float, int, int] | None = None
+        self.after: tuple[float, int, float, int, int] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nv = None
+        try:
+            pynvml = importlib.import_module("pynvml")  # nvidia-ml-py, where installed
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            self._nv = pynvml
+        except Exception as exc:  # no NVML: timings without readings
+            print(f"bench: --nvml: no NVML ({exc!r:.200})", file=sys.stderr, flush=True)
+
+    @property
+    def available(self) -> bool:
+        return self._nv is not None
+
+    def read(self) -> tuple[float, int, float, int, int] | None:
+        nv = self._nv
+        if nv is None:
+            return None
+        h = self._handle
+        reasons = getattr(
+            nv,
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda _: 0),
+        )
+        return (
+            time.monotonic(),
+            nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            nv.nvmlDeviceGetPowerUsage(h) / 1000,
+            nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+            int(reasons(h)),
+        )
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                s = self.read()
+            except Exception:  # stop sampling, keep timing
+                return
+            if s is not None:
+                self.samples.append(s)
+
+    def __enter__(self) -> GpuMonitor:
+        self.samples, self.after = [], None
+        self._stop.clear()
+        self.before = self.read()
+        if self.available:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.cuda.synchronize()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.after = self.read()
+
+    def summary(self) -> dict | None:
+        if self.before is None or self.after is None:
+            return None
+        every = [self.before, *self.samples, self.after]
+        reasons = 0
+        for s in every:
+            reasons |= s[4]
+        return {
+            "samples": len(every),
+            "sm_mhz_min": min(s[1] for s in every),
+            "sm_mhz_max": max(s[1] for s in every),
+            "sm_mhz_mean": round(statistics.fmean(s[1] for s in every)),
+            "watts_min": round(min(s[2] for s in every)),
+            "watts_max": round(max(s[2] for s in every)),
+            "watts_mean": round(statistics.fmean(s[2] for s in every)),
+            "temp_c_min": min(s[3] for s in every),
+            "temp_c_max": max(s[3] for s in every),
+            "reasons": reasons,
+            "before": {"sm_mhz": self.before[1], "watts": round(self.before[2])},
+            "after": {"sm_mhz": self.after[1], "watts": round(self.after[2])},
+        }
+
+
+_WARM_BUFFERS: list[torch.Tensor] = []
+
+
+def warm_gpu(seconds: float) -> None:
+    """Keep the GPU busy for ``seconds`` with back-to-back 8192^3 bf16 matmuls (``--warm-gpu``),
+    so that the timing after it starts from a loaded card, as in a long run of timings."""
+    if seconds <= 0:
+        return
+    if not _WARM_BUFFERS:
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        _WARM_BUFFERS[:] = [a, torch.randn_like(a), torch.empty_like(a)]
+    a, b, c = _WARM_BUFFERS
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(8):  # ~1.5 ms each on an H200
+            torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+
+
+def measure(
+    case: Case,
+    provider: str,
+    inputs=None,
+    monitor: GpuMonitor | None = None,
+    warm_s: float = 0.0,
+) -> Result:
+    """Time one provider on one case; a provider that cannot run it gets an error, not a crash.
+    ``monitor``: NVML readings over the timing (``Result.nvml``); ``warm_s``: seconds of
+    ``warm_gpu`` right before it."""
     inputs = make_inputs(case) if inputs is None else inputs
     try:
         fn = step_fn(provider, case, inputs)
         fn()  # autotunes (this kernel) or selects (SDPA) outside the timed region
         torch.cuda.synchronize()
-        med, p20, p80 = time_ms(fn)
+        warm_gpu(warm_s)
+        if monitor is None:
+            med, p20, p80 = time_ms(fn)
+        else:
+            with monitor:
+                med, p20, p80 = time_ms(fn)
     except (RuntimeError, ValueError) as exc:  # e.g. a backend that does not support the shape
         torch.cuda.synchronize()
         return Result(case, provider, None, error=str(exc).splitlines()[0][:200])
-    return Result(case, provider, med, p20, p80)
+    return Result(
+        case, provider, med, p20, p80, nvml=None if monitor is None else monitor.summary()
+    )
+
+
+def measure_interleaved(
+    case: Case,
+    providers: Sequence[str],
+    inputs,
+    rounds: int,
+    monitor: GpuMonitor | None = None,
+    warm_s: float = 0.0,
+    seed: int = 0,
+) -> list[Result]:
+    """``--interleave R``: every provider once untimed (autotuning), then R rounds, each timing
+    every provider in a new shuffled order (seeded). Each Result's ms is the median of its R
+    round medians (p20/p80 their min and max); ``rounds``/``order`` keep them; ``nvml`` spans
+    all of its timings (min/max over rounds)."""
+    rng = random.Random(seed)
+    runs: dict[str, list[Result]] = {p: [] for p in providers}
+    places: dict[str, list[int]] = {p: [] for p in providers}
+    failed: dict[str, Result] = {}
+    for p in providers:  # autotune / select outside every round
+        try:
+            step_fn(p, case, inputs)()
+            torch.cuda.synchronize()
+        except (RuntimeError, ValueError) as exc:
+            torch.cuda.synchronize()
+            failed[p] = Result(case, p, None, error=str(exc).splitlines()[0][:200])
+    for _ in range(rounds):
+        order = [p for p in providers if p not in failed]
+        rng.shuffle(order)
+        for place, p in enumerate(order):
+            r = measure(case, p, inputs, monitor, warm_s)
+            if r.error:
+                failed[p] = r
+                continue
+            runs[p].append(r)
+            places[p].append(place)
+    out = []
+    for p in providers:
+        if p in failed:
+            out.append(failed[p])
+            continue
+        ms = [r.ms for r in runs[p] if r.ms is not None]
+        readings = [r.nvml for r in runs[p] if r.nvml]
+        nvml = None
+        if readings:
+            nvml = {
+                "samples": sum(x["samples"] for x in readings),
+                "sm_mhz_min": min(x["sm_mhz_min"] for x in readings),
+                "sm_mhz_max": max(x["sm_mhz_max"] for x in readings),
+                "sm_mhz_mean": round(statistics.fmean(x["sm_mhz_mean"] for x in readings)),
+                "watts_min": min(x["watts_min"] for x in readings),
+                "watts_max": max(x["watts_max"] for x in readings),
+                "watts_mean": round(statistics.fmean(x["watts_mean"] for x in readings)),
+                "temp_c_min": min(x["temp_c_min"] for x in readings),
+                "temp_c_max": max(x["temp_c_max"] for x in readings),
+                "reasons": _or(x["reasons"] for x in readings),
+                "per_round": readings,
+            }
+        out.append(
+            Result(
+                case,
+                p,
+                statistics.median(ms),
+                min(ms),
+                max(ms),
+                nvml=nvml,
+                rounds=ms,
+                order=places[p],
+            )
+        )
+    return out
+
+
+def _or(values) -> int:
+    acc = 0
+    for v in values:
+        acc |= v
+    return acc
+
+
+def _nvml_note(r: Result) -> str:
+    n = r.nvml
+    if not n:
+        return ""
+    return (
+        f"  sm {n['sm_mhz_min']}-{n['sm_mhz_max']} MHz (mean {n['sm_mhz_mean']})"
+        f" {n['watts_min']}-{n['watts_max']} W {n['temp_c_min']}-{n['temp_c_max']} C"
+        f" reasons {n['reasons']:#x}"
+    )
 
 
 def cases(
@@ -346,6 +574,25 @@ def environment() -> dict[str, str]:
     }
 
 
+def _print_result(r: Result) -> None:
+    """One line per measurement, unbuffered (with --interleave its rounds, with --nvml the
+    readings)."""
+    case = r.case
+    note = (
+        f"  ({r.error})" if r.error else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
+    )
+    if r.rounds:
+        note += " rounds " + "/".join(f"{x:.3f}" for x in r.rounds)
+        note += " places " + "".join(str(x) for x in r.order or ())
+    note += _nvml_note(r)
+    print(
+        f"{str(case.dtype).removeprefix('torch.'):<8} D={case.d:<4} N={case.n:<6} "
+        f"causal={case.causal!s:<5} {case.mode:<8} {r.provider:<10}"
+        f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}",
+        flush=True,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reference_impls.attention.bench", description=__doc__.split("\n\n")[0]
@@ -376,6 +623,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="processes compiling the kernel's configs before timing (default: min(8, cores))",
     )
     parser.add_argument("--json", metavar="PATH", help="also write every measurement as JSON")
+    parser.add_argument(
+        "--nvml",
+        action="store_true",
+        help="read SM clock, power and temperature (NVML) around and during each timing: "
+        "printed per row and written to the JSON rows (off by default)",
+    )
+    parser.add_argument(
+        "--warm-gpu",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the GPU busy (bf16 matmuls) for SECONDS right before each timing (default: 0)",
+    )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="R",
+        help="time each row's providers in R rounds, each in a new shuffled order; a row's "
+        "time is the median of its round medians (default: 0, each provider once, in order)",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
@@ -402,27 +670,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bf16 or fp8:
         names = [str(t).removeprefix("torch.") for t in dtypes]
         precompile(dims, causals, names, args.jobs, bf16=bf16, fp8=fp8)
+    monitor = GpuMonitor() if args.nvml else None
     results = []
     for case in cases(dims, lengths, causals, modes, dtypes):
         inputs = make_inputs(case)
-        for provider in providers:
-            if provider == "triton-det" and case.mode.startswith("fwd") and case.mode != "fwd+bwd":
-                continue  # the same forward kernel as "triton"
-            if provider in FP8_PROVIDERS and case.mode != "fwd":
-                continue  # inference only
-            r = measure(case, provider, inputs)
-            results.append(r)
-            note = (
-                f"  ({r.error})"
-                if r.error
-                else f"  [{_fmt(r.ms_p20, '.3f')}, {_fmt(r.ms_p80, '.3f')}] ms"
-            )
-            print(
-                f"{str(case.dtype).removeprefix('torch.'):<8} D={case.d:<4} N={case.n:<6} "
-                f"causal={case.causal!s:<5} {case.mode:<8} {provider:<10}"
-                f" {_fmt(r.ms, '.3f'):>9} ms {_fmt(r.tflops, '.1f'):>7} TFLOP/s{note}",
-                flush=True,
-            )
+        row_providers = [
+            p
+            for p in providers
+            # triton-det in forward modes: the same forward kernel as "triton"; fp8: inference only
+            if not (p == "triton-det" and case.mode.startswith("fwd") and case.mode != "fwd+bwd")
+            and not (p in FP8_PROVIDERS and case.mode != "fwd")
+        ]
+        if args.interleave > 0:
+            for r in measure_interleaved(
+                case, row_providers, inputs, args.interleave, monitor, args.warm_gpu
+            ):
+                results.append(r)
+                _print_result(r)
+        else:
+            for provider in row_providers:
+                r = measure(case, provider, inputs, monitor, args.warm_gpu)
+                results.append(r)
+                _print_result(r)
         del inputs
         torch.cuda.empty_cache()
     print()
@@ -449,10 +718,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for key, pick in picks.items():
                 print(f"config {name} {key}: {pick}")
     if args.json:
+        options = {"nvml": args.nvml, "warm_gpu_s": args.warm_gpu, "interleave": args.interleave}
         with open(args.json, "w") as f:
             json.dump(
                 {
                     "environment": env,
+                    **(
+                        {"options": options}
+                        if args.nvml or args.warm_gpu or args.interleave
+                        else {}
+                    ),
                     "configs": configs,
                     "results": [
                         {
@@ -465,6 +740,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "tflops": r.tflops,
                             "flops": r.case.flops(),
                             "error": r.error,
+                            **({"nvml": r.nvml} if r.nvml is not None else {}),
+                            **({"rounds": r.rounds, "order": r.order} if r.rounds else {}),
                         }
                         for r in results
                     ],
