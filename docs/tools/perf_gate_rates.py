@@ -113,8 +113,15 @@ def _tail(proc: subprocess.CompletedProcess[str]) -> str:
 
 def pr_case(tmp: Path, case: str, slowdown: float, extra: list[str]) -> dict[str, Any]:
     repo = perf_gate_noise.make_repo(tmp, case, slowdown)
-    row = perf_gate_noise.gate_once(repo, tmp / "reports", 1, 0, extra=extra)
-    return row
+    return perf_gate_noise.gate_once(repo, tmp / "reports", 1, 0, extra=extra)
+
+
+def _keep_pairs(row: dict[str, Any], report_json: Path) -> None:
+    """A wrong exit keeps its A/B pairs (perf-gate.json's `pairs`, [base, head] seconds in the
+    order taken), so what the blocks read can be looked at afterwards."""
+    if report_json.is_file():
+        rows = json.loads(report_json.read_text())["rows"]
+        row["pairs"] = {r["name"]: r.get("pairs") for r in rows if r.get("pairs")}
 
 
 def first_case(tmp: Path) -> dict[str, Any]:
@@ -188,6 +195,8 @@ def run_case(case: str, bench: str) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix=f"perf-rates-{case.replace('%', 'pc')}-") as tmp:
         row = cases[case](Path(tmp))
+        if row["exit"] not in EXPECT[case][0]:
+            _keep_pairs(row, Path(tmp) / "reports" / "perf-gate.json")
     return {
         "case": case,
         **row,

@@ -88,6 +88,10 @@ class Row:
     factor_used: float | None = None  # the factor the row was judged at
     would_need: str = ""  # for an undecided row: the samples or factor that would decide it
     counts: str = ""  # the instruction-count tier's finding (counts.py), when it ran
+    # For a row judged on A/B pairs: every pair as [base, head] seconds, in the order taken
+    # (blocks of sequential.AB_BLOCK consecutive pairs), so a verdict can be re-examined from
+    # perf-gate.json (docs/perf.md, "The gate's error rates").
+    pairs: list[list[float]] | None = None
 
     def __post_init__(self) -> None:
         self.status = RowStatus(self.status)

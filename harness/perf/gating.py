@@ -292,6 +292,7 @@ def apply_ab(
             )
             continue
         row.n_base, row.n_head = len(result.base), len(result.head)
+        row.pairs = [[b, h] for b, h in zip(result.base, result.head, strict=False)]
         row.base = statistics.median(result.base)
         row.head = statistics.median(result.head)
         unit = GPU_UNIT if method.startswith("GPU") else CPU_UNIT

@@ -174,6 +174,19 @@ def test_a_2x_in_the_ab_pairs_overrides_an_unchanged_verdict_from_the_asv_runs()
     assert row.ratio == pytest.approx(2.0, rel=0.15)  # U(0.9, 1.1) on each side
 
 
+def test_the_json_keeps_every_ab_pair_in_the_order_taken_so_a_verdict_can_be_reexamined():
+    rng = random.Random(6)
+    base = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(60)]
+    head = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(60)]
+    report = perf.apply_ab(
+        gate_report(timing_row()), {"b.C.time_x": perf.ABResult("b.C.time_x", base, head)}
+    )
+    (row,) = json.loads(json.dumps(report.to_json()))["rows"]
+    assert row["pairs"] == [[b, h] for b, h in zip(base, head, strict=True)]
+    # A row the pairs did not judge has none.
+    assert perf.apply_ab(gate_report(timing_row()), {}).to_json()["rows"][0]["pairs"] is None
+
+
 def test_a_failed_ab_keeps_the_asv_verdict_and_says_why():
     report = perf.apply_ab(
         gate_report(timing_row()),
