@@ -1,6 +1,6 @@
 """The perf gate's error rates under load, measured case by case and kept across sessions.
 
-An experiment, not a test (docs/perf.md, "The gate's error rates (issue #25)", has its
+An experiment, not a test (docs/perf.md, "The gate's error rates, measured", has its
 results). Issue #25 asks for rates: unchanged code passes in >= 99 of 100 gate runs, a 5%
 slowdown is caught in >= 19 of 20, 10% in 20 of 20, and a 1.5x slowdown is never exit 0 in
 any mode in 50 runs, on the 2-core VM with two busy loops and on an idle one. One gate run

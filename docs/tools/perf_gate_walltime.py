@@ -1,6 +1,6 @@
 """The pull-request gate's wall time against an older harness, on the same benchmarks, in turn.
 
-An experiment, not a test (docs/perf.md, "The gate's wall time against the design before",
+An experiment, not a test (docs/perf.md, "The gate's error rates, measured", its wall-time part,
 has its results). Issue #25 allows the pull-request gate 1.5x the wall time it had when the
 issue was filed (commit 8b48dcd: 20 A/B pairs in one long-lived worker pair, factor 1.3).
 Each round runs the pull-request command,

@@ -90,7 +90,7 @@ class Row:
     counts: str = ""  # the instruction-count tier's finding (counts.py), when it ran
     # For a row judged on A/B pairs: every pair as [base, head] seconds, in the order taken
     # (blocks of sequential.AB_BLOCK consecutive pairs), so a verdict can be re-examined from
-    # perf-gate.json (docs/perf.md, "The gate's error rates").
+    # perf-gate.json (docs/perf.md, "The gate's error rates, measured").
     pairs: list[list[float]] | None = None
 
     def __post_init__(self) -> None:
