@@ -35,13 +35,10 @@ GPU: the sweep behind the Gluon forward's defaults (docs/benchmarks/attention.md
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
-from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -225,76 +222,24 @@ def timing(
     return rows
 
 
-class _ClockLog:
-    """SM clock, power and temperature sampled by NVML every ``period_s`` in a thread, so that a
-    timing can be read against the clocks the GPU ran at meanwhile (None where NVML is missing)."""
-
-    def __init__(self, period_s: float = 0.01) -> None:
-        self.samples: list[tuple[float, int, float, int, int]] = []
-        self._period = period_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._nvml: ModuleType | None = None
-        try:
-            pynvml = importlib.import_module("pynvml")  # nvidia-ml-py, where installed
-            pynvml.nvmlInit()
-            index = torch.cuda.current_device()
-            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception as exc:  # no NVML: timings without clocks
-            print("clocks: no NVML", repr(exc)[:200], flush=True)
-            self._nvml = None
-
-    def __enter__(self) -> _ClockLog:
-        if self._nvml is not None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
-        nv, h = self._nvml, self._handle
-        assert nv is not None
-        reasons: Callable[[object], int] = getattr(
-            nv,
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda _: 0),
-        )
-        while not self._stop.is_set():
-            try:
-                self.samples.append(
-                    (
-                        time.monotonic(),
-                        nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                        nv.nvmlDeviceGetPowerUsage(h) / 1000,
-                        nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
-                        reasons(h),
-                    )
-                )
-            except Exception as exc:  # stop sampling, keep timing
-                print("clocks: NVML failed", repr(exc)[:200], flush=True)
-                return
-            time.sleep(self._period)
-
-    def window(self, t0: float, t1: float) -> dict | None:
-        """Mean and min SM clock (MHz), mean power (W), max temperature and the OR of the
-        clock-event reasons (NVML bit mask) over the samples in [t0, t1]."""
-        inside = [s for s in self.samples if t0 <= s[0] <= t1]
-        if not inside:
-            return None
-        reasons = 0
-        for s in inside:
-            reasons |= s[4]
-        return {
-            "sm_mhz": round(sum(s[1] for s in inside) / len(inside)),
-            "sm_mhz_min": min(s[1] for s in inside),
-            "watts": round(sum(s[2] for s in inside) / len(inside)),
-            "temp_c": max(s[3] for s in inside),
-            "reasons": reasons,
-        }
+def _clock_window(
+    samples: Sequence[tuple[float, int, float, int, int]], t0: float, t1: float
+) -> dict | None:
+    """Mean and min SM clock (MHz), mean power (W), max temperature and the OR of the
+    clock-event reasons (NVML bit mask) over the samples (``bench.GpuMonitor``'s) in [t0, t1]."""
+    inside = [s for s in samples if t0 <= s[0] <= t1]
+    if not inside:
+        return None
+    reasons = 0
+    for s in inside:
+        reasons |= s[4]
+    return {
+        "sm_mhz": round(sum(s[1] for s in inside) / len(inside)),
+        "sm_mhz_min": min(s[1] for s in inside),
+        "watts": round(sum(s[2] for s in inside) / len(inside)),
+        "temp_c": max(s[3] for s in inside),
+        "reasons": reasons,
+    }
 
 
 def _per_call(times: Sequence[float]) -> dict:
@@ -347,7 +292,7 @@ def _paths_providers(case, inputs_a, inputs_b) -> dict[str, Callable[[], object]
     }
 
 
-def _paths_shape(case, rounds: int, clocks: _ClockLog, rng) -> dict:
+def _paths_shape(case, rounds: int, clocks, rng) -> dict:
     """``paths`` on one shape (a ``bench.Case``)."""
     from reference_impls.attention import bench
 
@@ -370,7 +315,7 @@ def _paths_shape(case, rounds: int, clocks: _ClockLog, rng) -> dict:
         r = bench.measure(case, provider, inputs_a)
         row["bench_order"].append(
             {"provider": provider, "ms": r.ms, "p20": r.ms_p20, "p80": r.ms_p80,
-             "error": r.error, "clocks": clocks.window(t0, time.monotonic())}
+             "error": r.error, "clocks": _clock_window(clocks.samples, t0, time.monotonic())}
         )  # fmt: skip
     providers = _paths_providers(case, inputs_a, inputs_b)
     for fn in providers.values():
@@ -385,7 +330,7 @@ def _paths_shape(case, rounds: int, clocks: _ClockLog, rng) -> dict:
             times = triton.testing.do_bench(providers[name], warmup=25, rep=100, return_mode="all")
             row["rounds"].append(
                 {"provider": name, "after": before, **_per_call(times),
-                 "clocks": clocks.window(t0, time.monotonic())}
+                 "clocks": _clock_window(clocks.samples, t0, time.monotonic())}
             )  # fmt: skip
             before = name
     return row
@@ -411,7 +356,7 @@ def paths(
 
     rng = random.Random(13)
     rows = []
-    with _ClockLog() as clocks:
+    with bench.GpuMonitor(period_s=0.01) as clocks:  # NVML readings in a thread
         for dtype_name in dtypes:
             for d in dims:
                 for n in lengths:
