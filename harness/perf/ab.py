@@ -31,6 +31,11 @@ instead, the design before (docs/perf.md compares the two). Pairs are taken sequ
 a time budget per benchmark. Both workers get the same PYTHONHASHSEED, so that hashing is not
 one more difference between them.
 
+A benchmark whose pairs read ``regressed`` is measured again from the start by a new zygote
+pair (new processes, a new calibration, seconds later), up to decision.MEASUREMENTS readings:
+the blocks of one measurement share whatever that measurement carries, which their interval
+cannot see, and the verdict is the one two independent readings share (decision.settle).
+
 The worker (``_ab_worker.py``) runs as a script copied to a temporary folder, so that the base
 side never imports this version of ``harness``.
 """
@@ -55,7 +60,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.perf._common import Echo, PerfError, Project, _asv_environ, check_factor, python_path
-from harness.perf.decision import Comparison
+from harness.perf.decision import MEASUREMENTS, Comparison, Verdict, settle
 from harness.perf.runs import _archived_config
 from harness.perf.sequential import (
     AB_BLOCK,
@@ -93,6 +98,28 @@ class ABResult:
     error: str | None = None
     comparison: Comparison | None = None  # the last look's (sequential.py)
     stopped: str = ""  # why sampling stopped: decided, max_pairs, budget, error
+    # The independent re-measurements (each with its own zygote pair) that a `regressed`
+    # reading took, in order (decision.settle): this result's pairs are the first measurement's.
+    confirmations: list[ABResult] = dataclasses.field(default_factory=list)
+
+    def measurements(self) -> list[ABResult]:
+        """This measurement and its confirmations, in the order taken."""
+        return [self, *self.confirmations]
+
+    def settled(self) -> Verdict | None:
+        """The verdict of all measurements together (decision.settle), None without one."""
+        if self.comparison is None:
+            return None
+        # A confirmation that failed to measure is a reading that could not decide.
+        return settle(
+            [self.comparison.verdict]
+            + [
+                c.comparison.verdict
+                if c.comparison is not None and c.error is None
+                else Verdict.UNDECIDED
+                for c in self.confirmations
+            ]
+        )
 
 
 class _Worker:
@@ -393,6 +420,34 @@ def measure_ab(
                     cache_dirs=caches,
                     prefetch=len(cpus) >= 2,
                 )
+                # A regression is measured again by new processes (decision.settle says why).
+                while (
+                    result.error is None
+                    and result.comparison is not None
+                    and result.settled() is None
+                ):
+                    for zygote in zygotes.values():
+                        zygote.close()
+                    zygotes.clear()
+                    if echo:
+                        last = result.measurements()[-1].comparison
+                        echo(
+                            f"harness perf: A/B of {name} read {last.verdict if last else '?'}: "
+                            f"measuring it again with new worker processes "
+                            f"({len(result.measurements()) + 1} of at most {MEASUREMENTS})"
+                        )
+                    result.confirmations.append(
+                        _measure_one(
+                            spawn,
+                            name,
+                            factor,
+                            plan,
+                            extra=extra,
+                            loaded=loaded,
+                            cache_dirs=caches,
+                            prefetch=len(cpus) >= 2,
+                        )
+                    )
             except BaseException:
                 for zygote in zygotes.values():
                     zygote.close()
@@ -401,10 +456,12 @@ def measure_ab(
             if echo and result.error:
                 echo(f"harness perf: A/B of {name} failed: {result.error}")
             elif echo and result.comparison is not None:
-                echo(
-                    f"harness perf: A/B of {name}: {result.comparison.verdict} after "
-                    f"{len(result.base)} pairs ({result.stopped})"
+                readings = ", ".join(
+                    f"{m.comparison.verdict if m.comparison else m.error} after "
+                    f"{len(m.base)} pairs ({m.stopped})"
+                    for m in result.measurements()
                 )
+                echo(f"harness perf: A/B of {name}: {result.settled()}: {readings}")
         for zygote in zygotes.values():
             zygote.close()
     return results

@@ -117,7 +117,9 @@ def calibrate(
                     errors[name].append(f"trial {trial + 1}, +{level:.0%}: {why}")
                     verdicts[name][level].append("error")
                     continue
-                verdicts[name][level].append(str(result.comparison.verdict))
+                # The verdict the gate would act on: a `regressed` reading confirmed or not by
+                # independent re-measurements (decision.settle).
+                verdicts[name][level].append(str(result.settled() or result.comparison.verdict))
                 if level == 0.0:
                     aa[name].append(result)
     return [_summary(n, trials, verdicts[n], aa[n], errors[n]) for n in names]

@@ -156,6 +156,37 @@ def _verdict(est: float, low: float, high: float, factor: float) -> Verdict:
     return Verdict.UNDECIDED
 
 
+# A `regressed` reading of interleaved A/B pairs is measured again, independently (new worker
+# processes from a new zygote pair: ab.py), up to this many measurements in all; the verdict is
+# the one that two of them share (settle).
+MEASUREMENTS = 3
+
+
+def settle(verdicts: Sequence[Verdict]) -> Verdict | None:
+    """The verdict of independent measurements of one benchmark, in the order taken; None
+    when another measurement is needed.
+
+    Why: the blocks' interval (compare_blocks) sees noise that differs from block to block,
+    not a difference that every block of one measurement shares. The gate's own A/A runs on
+    a busy 2-core VM read identical code as 1.208 [1.144, 1.327] and 1.375 [1.112, 1.662] in 2 of
+    88 runs, every block of the run slower on the head side (docs/perf.md, "The gate's error
+    rates, measured"). Such a difference belongs to one measurement (its worker processes,
+    the seconds it ran in), so a second, independent one does not share it: a regression fails
+    the gate only when two measurements read `regressed`. The first measurement stands alone
+    when it reads anything else (unchanged or improved never fail; undecided fails anyway).
+    After a `regressed` and a disagreeing second reading, a third decides: the verdict two of
+    the three share, or `undecided` (exit 2) when all three differ.
+    """
+    if not verdicts:
+        return None
+    if verdicts[0] is not Verdict.REGRESSED:
+        return verdicts[0]
+    for verdict in Verdict:
+        if sum(v is verdict for v in verdicts) >= 2:
+            return verdict
+    return Verdict.UNDECIDED if len(verdicts) >= MEASUREMENTS else None
+
+
 def _signed_rank_lower_critical(n: int, alpha: float) -> int:
     """The largest c with P(T+ <= c) <= alpha for the Wilcoxon signed-rank statistic of n
     values (exact: T+ is a sum of a random subset of 1..n); -1 when even 0 is likelier."""

@@ -92,6 +92,9 @@ class Row:
     # (blocks of sequential.AB_BLOCK consecutive pairs), so a verdict can be re-examined from
     # perf-gate.json (docs/perf.md, "The gate's error rates, measured").
     pairs: list[list[float]] | None = None
+    # For a row whose A/B read `regressed` and was measured again (decision.settle): every
+    # measurement's verdict, ratio, interval and pairs, in the order taken.
+    readings: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.status = RowStatus(self.status)
@@ -170,6 +173,11 @@ class GateReport:
                 else "-"
             )
             status = f"{r.status}; {r.counts}" if r.counts else str(r.status)
+            if r.readings:
+                status += "; measured " + ", ".join(
+                    f"{x['verdict']} {x['ratio']:.2f}" if x["ratio"] is not None else x["verdict"]
+                    for x in r.readings
+                )
             lines.append(
                 f"| {STATUS_MARK.get(r.status, '?')} | `{name}` | {base} | {head} | {ratio} | "
                 f"{interval} | {samples} | {passes} | {p} | {status} |"

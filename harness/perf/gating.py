@@ -291,18 +291,65 @@ def apply_ab(
                 "asv runs' samples"
             )
             continue
-        row.n_base, row.n_head = len(result.base), len(result.head)
-        row.pairs = [[b, h] for b, h in zip(result.base, result.head, strict=False)]
-        row.base = statistics.median(result.base)
-        row.head = statistics.median(result.head)
         unit = GPU_UNIT if method.startswith("GPU") else CPU_UNIT
-        _judge(row, judge_pairs(result.base, result.head, report.factor, unit=unit))
-        row.p = None  # the blocks' interval decided, not the asv samples' rank test
-        row.passes, row.method = len(result.base), method
+        _judge_ab(row, result, report.factor, unit)
+        row.method = method
     code, why = _decide(rows)
     return dataclasses.replace(
         report, exit_code=code, rows=rows, problems=problems + why, context=problems
     )
+
+
+def _judge_ab(row: Row, result: ABResult, factor: float, unit: str = CPU_UNIT) -> None:
+    """Judge row on its A/B measurements at factor: each one's blocks (judge_pairs), then the
+    verdict they settle on (decision.settle: a `regressed` reading stands only when a second,
+    independent measurement reads it too). The row shows the first measurement with the
+    settled verdict (its pairs, medians and interval), and every reading in ``readings`` when
+    there was more than one."""
+    judged = [
+        (m, judge_pairs(m.base, m.head, factor, unit=unit) if m.error is None and m.base else None)
+        for m in result.measurements()
+    ]
+    verdicts = [c.verdict if c is not None else decision.Verdict.UNDECIDED for _, c in judged]
+    verdict = decision.settle(verdicts) or verdicts[0]  # None: a reading not re-measured
+    shown, found = next(
+        ((m, c) for m, c in judged if c is not None and c.verdict is verdict), judged[0]
+    )
+    assert found is not None  # the first measurement has pairs (apply_ab checked)
+    row.n_base, row.n_head = len(shown.base), len(shown.head)
+    row.pairs = [[b, h] for b, h in zip(shown.base, shown.head, strict=False)]
+    row.base = statistics.median(shown.base)
+    row.head = statistics.median(shown.head)
+    _judge(row, found)
+    row.p = None  # the blocks' interval decided, not the asv samples' rank test
+    row.passes = len(shown.base)
+    if len(judged) > 1:
+        row.readings = [
+            {
+                "verdict": str(c.verdict) if c is not None else f"failed: {m.error}",
+                "ratio": c.estimate if c is not None else None,
+                "low": c.low if c is not None else None,
+                "high": c.high if c is not None else None,
+                "pairs": [[b, h] for b, h in zip(m.base, m.head, strict=False)],
+            }
+            for m, c in judged
+        ]
+    if verdict is decision.Verdict.UNDECIDED and len(judged) > 1:
+        row.status = RowStatus.UNDECIDED
+        row.would_need = (
+            f"{len(judged)} independent A/B measurements (new worker processes each) disagree: "
+            + ", ".join(
+                f"{c.verdict} {c.estimate:.3f} [{c.low:.3f}, {c.high:.3f}]"
+                if c is not None
+                else "failed"
+                for _, c in judged
+            )
+            + "; "
+            + (
+                (found.would_need() if found.verdict is verdict else "")
+                or "a re-run measures afresh"
+            )
+        )
 
 
 def _compare_samples(
@@ -421,26 +468,22 @@ def apply_counts(
             if row.status not in FAILING:
                 failed.append(f"`{row.name}`: {desc}, and its A/B confirmation failed: {reason}")
             continue
-        check = judge_pairs(ab.base, ab.head, 1 + found.threshold)
+        check = dataclasses.replace(row)  # the A/B's reading; the row takes it if it fails
+        _judge_ab(check, ab, 1 + found.threshold)
         summary = (
-            f"A/B at {line}: {check.verdict} {check.estimate:.3f} "
-            f"[{check.low:.3f}, {check.high:.3f}] over {len(ab.base)} pairs"
+            f"A/B at {line}: {check.status} {check.ratio or math.nan:.3f} "
+            f"[{check.low or math.nan:.3f}, {check.high or math.nan:.3f}] over {check.passes} "
+            "pairs" + (f" ({len(check.readings)} measurements)" if check.readings else "")
         )
-        if check.verdict is decision.Verdict.REGRESSED or (
-            check.verdict is decision.Verdict.UNDECIDED and row.status not in FAILING
-        ):
-            row.n_base, row.n_head = len(ab.base), len(ab.head)
-            row.base = statistics.median(ab.base)
-            row.head = statistics.median(ab.head)
-            _judge(row, check)
-            row.p = None
-            row.passes, row.method = len(ab.base), "A/B pairs (count confirmation)"
+        undecided = check.status in (RowStatus.UNDECIDED, RowStatus.TOO_FEW_SAMPLES)
+        if check.status is RowStatus.REGRESSED or (undecided and row.status not in FAILING):
+            _judge_ab(row, ab, 1 + found.threshold)
+            row.method = "A/B pairs (count confirmation)"
             if row.status is RowStatus.TOO_FEW_SAMPLES:
                 row.status = RowStatus.UNDECIDED
-                row.would_need = check.would_need() or "more A/B pairs"
-                row.low, row.high = check.low, check.high
-        verb = "confirmed" if check.verdict is decision.Verdict.REGRESSED else "not confirmed"
-        if check.verdict is decision.Verdict.UNDECIDED:
+                row.would_need = row.would_need or "more A/B pairs"
+        verb = "confirmed" if check.status is RowStatus.REGRESSED else "not confirmed"
+        if undecided:
             verb = "neither confirmed nor refuted"
         row.counts = f"{desc}; {verb} by {summary}"
     code, why = _decide(rows)

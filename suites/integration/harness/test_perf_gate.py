@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tiny_asv_project import TINYLIB, bench_source, commit, git, make_repo
+from tiny_asv_project import BASE_N, TINYLIB, bench_source, commit, git, make_repo
 
 from harness import perf
 from harness.cli.perf import perf as perf_cli
@@ -341,6 +341,50 @@ def test_forked_workers_import_numpy_random_once_yet_draw_afresh_and_a_dying_one
     )
     failed = ab["bench_tiny.Draw.time_draw"]
     assert failed.error and "worker exited" in failed.error and not failed.base
+
+
+# The tiny loop, writing down the parent of each process that sets it up (a zygote, ab.py).
+PARENTS_BENCH = """
+
+class Parent:
+    def setup(self):
+        import os
+
+        with open(os.environ["TINY_PARENTS"], "a") as f:
+            f.write(f"{os.getppid()}\\n")
+
+    def time_work(self):
+        tinylib.work(tinylib.N)
+"""
+
+
+def test_a_10x_regression_is_measured_again_by_new_processes_and_read_twice(tmp_path, monkeypatch):
+    """The real end-to-end run of a regression: a `regressed` reading is measured a second
+    time by workers forked from a new zygote pair (decision.settle), and both read 10x.
+    CPU time per call, so the machine's load does not move the ratio much; the bound below
+    allows it to be read anywhere from 5x to 20x."""
+    repo, base = make_repo(tmp_path, bench=bench_source(extra=PARENTS_BENCH))
+    git(repo, "checkout", "-q", "-b", "feature")
+    commit(repo, "ten times the work", n=10 * BASE_N)
+    parents = tmp_path / "parents.txt"
+    monkeypatch.setenv("TINY_PARENTS", str(parents))
+    ab = perf.measure_ab(
+        repo,
+        base,
+        ["bench_tiny.Parent.time_work"],
+        factor=perf.DEFAULT_FACTOR,
+        pairs=50,
+        max_pairs=50,
+        max_seconds=600,  # far more than 10 blocks need at any load: max_pairs stops it
+    )
+    result = ab["bench_tiny.Parent.time_work"]
+    assert result.error is None and result.settled() == "regressed"
+    assert len(result.confirmations) == 1  # two readings that agree settle it
+    for reading in result.measurements():
+        assert reading.comparison is not None and reading.comparison.verdict == "regressed"
+        assert 5 < reading.comparison.estimate < 20
+    # Two zygotes (base, head) for the first reading, two new ones for the second.
+    assert len(set(parents.read_text().split())) == 4
 
 
 # A setup_cache that writes down the process that computed it, and a benchmark that uses it.
