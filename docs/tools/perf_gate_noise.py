@@ -110,6 +110,10 @@ def gate_once(
             status=bench["status"],
             interval=[bench.get("low"), bench.get("high")],
             pairs=bench["n_base"],
+            # a `regressed` reading measured again (decision.settle): each reading's verdict
+            readings=[
+                [x["verdict"], x["ratio"], x["low"], x["high"]] for x in bench.get("readings") or []
+            ],
         )
     row["ab"] = "interleaved A/B pairs" in proc.stdout
     if proc.returncode not in (0, 1) and "UNDECIDED" not in proc.stdout:

@@ -103,6 +103,7 @@ def _rows(report_json: Path) -> list[dict[str, Any]]:
         return []
     return [
         {k: r.get(k) for k in ("name", "status", "ratio", "low", "high", "n_base", "method")}
+        | {"readings": [[x["verdict"], x["ratio"]] for x in r.get("readings") or []]}
         for r in json.loads(report_json.read_text())["rows"]
     ]
 
