@@ -213,15 +213,21 @@ def _upper(k: int, n: int, confidence: float = 0.95) -> float:
     return 1.0 if k >= n else float(beta.ppf(confidence, k + 1, n - k))
 
 
-def summary(path: Path) -> str:
+def _remeasured(row: dict[str, Any]) -> bool:
+    """Whether a benchmark of this gate run read `regressed` first and was measured again."""
+    return bool(row.get("readings")) or any(r.get("readings") for r in row.get("rows") or [])
+
+
+def summary(path: Path, since: str = "") -> str:
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    lines = [x for x in lines if x["utc"] >= since]  # ISO 8601 UTC: text order is time order
     by: dict[tuple[str, int], list[dict[str, Any]]] = collections.defaultdict(list)
     for row in lines:
         by[(row["case"], row["busy_loops"])].append(row)
     out = ["| case | busy loops | runs | expected exit | exit 0 / 1 / 2 / other | "
-           "wrong exits: 95% upper bound on their rate | must-never exit seen | load1 | "
-           "seconds per run (median) |",
-           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "wrong exits: 95% upper bound on their rate | must-never exit seen | measured again | "
+           "load1 | seconds per run (median) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for (case, loops), rows in sorted(by.items()):
         want, never = EXPECT[case]
         codes = collections.Counter(r["exit"] for r in rows)
@@ -236,7 +242,8 @@ def summary(path: Path) -> str:
             f"| {case} | {loops} | {len(rows)} | {'/'.join(map(str, sorted(want)))}: "
             f"**{hits} of {len(rows)}** | {codes[0]} / {codes[1]} / {codes[2]} / {other} | "
             f"{_upper(len(rows) - hits, len(rows)):.1%} | "
-            f"{bad if never is not None else '-'} | {min(loads):.1f}-{max(loads):.1f} | "
+            f"{bad if never is not None else '-'} | {sum(map(_remeasured, rows))} | "
+            f"{min(loads):.1f}-{max(loads):.1f} | "
             f"{secs[len(secs) // 2]:.0f} |"
         )
     return "\n".join(out)
@@ -246,6 +253,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jsonl", type=Path, required=True, help="append one line per run")
     parser.add_argument("--summary", action="store_true", help="tally the file and stop")
+    parser.add_argument(
+        "--since", default="", help="--summary: only runs from this UTC time on (2026-12-03T13:41)"
+    )
     parser.add_argument("--cycle", default=DEFAULT_CYCLE, help="cases, comma-separated, in turn")
     parser.add_argument("--minutes", type=float, default=60.0, help="start no run after this")
     parser.add_argument("--cycles", type=int, default=10**6, help="at most this many cycles")
@@ -253,7 +263,7 @@ def main() -> int:
     parser.add_argument("--bench", default=REAL_BENCH, help="real-aa's --bench regex")
     args = parser.parse_args()
     if args.summary:
-        print(summary(args.jsonl))
+        print(summary(args.jsonl, args.since))
         return 0
     cycle = [c.strip() for c in args.cycle.split(",") if c.strip()]
     unknown = sorted(set(cycle) - set(EXPECT))
