@@ -409,8 +409,9 @@ def measure_ab(
                     f"blocks of {AB_BLOCK}, more while undecided (up to {plan.max_pairs} or "
                     f"{plan.budget_s:g} s)"
                 )
-            try:
-                result = _measure_one(
+
+            def measure(name: str = name) -> ABResult:
+                return _measure_one(
                     spawn,
                     name,
                     factor,
@@ -420,6 +421,9 @@ def measure_ab(
                     cache_dirs=caches,
                     prefetch=len(cpus) >= 2,
                 )
+
+            try:
+                result = measure()
                 # A regression is measured again by new processes (decision.settle says why).
                 while (
                     result.error is None
@@ -436,18 +440,7 @@ def measure_ab(
                             f"measuring it again with new worker processes "
                             f"({len(result.measurements()) + 1} of at most {MEASUREMENTS})"
                         )
-                    result.confirmations.append(
-                        _measure_one(
-                            spawn,
-                            name,
-                            factor,
-                            plan,
-                            extra=extra,
-                            loaded=loaded,
-                            cache_dirs=caches,
-                            prefetch=len(cpus) >= 2,
-                        )
-                    )
+                    result.confirmations.append(measure())
             except BaseException:
                 for zygote in zygotes.values():
                     zygote.close()
