@@ -218,9 +218,9 @@ def _remeasured(row: dict[str, Any]) -> bool:
     return bool(row.get("readings")) or any(r.get("readings") for r in row.get("rows") or [])
 
 
-def summary(path: Path, since: str = "") -> str:
+def summary(path: Path, since: str = "", until: str = "~") -> str:
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    lines = [x for x in lines if x["utc"] >= since]  # ISO 8601 UTC: text order is time order
+    lines = [x for x in lines if since <= x["utc"] < until]  # ISO 8601 UTC: text order is time
     by: dict[tuple[str, int], list[dict[str, Any]]] = collections.defaultdict(list)
     for row in lines:
         by[(row["case"], row["busy_loops"])].append(row)
@@ -256,6 +256,7 @@ def main() -> int:
     parser.add_argument(
         "--since", default="", help="--summary: only runs from this UTC time on (2026-12-03T13:41)"
     )
+    parser.add_argument("--until", default="~", help="--summary: only runs before this UTC time")
     parser.add_argument("--cycle", default=DEFAULT_CYCLE, help="cases, comma-separated, in turn")
     parser.add_argument("--minutes", type=float, default=60.0, help="start no run after this")
     parser.add_argument("--cycles", type=int, default=10**6, help="at most this many cycles")
@@ -263,7 +264,7 @@ def main() -> int:
     parser.add_argument("--bench", default=REAL_BENCH, help="real-aa's --bench regex")
     args = parser.parse_args()
     if args.summary:
-        print(summary(args.jsonl, args.since))
+        print(summary(args.jsonl, args.since, args.until))
         return 0
     cycle = [c.strip() for c in args.cycle.split(",") if c.strip()]
     unknown = sorted(set(cycle) - set(EXPECT))
