@@ -320,7 +320,11 @@ def _judge_ab(row: Row, result: ABResult, factor: float, unit: str = CPU_UNIT) -
     row.pairs = [[b, h] for b, h in zip(shown.base, shown.head, strict=False)]
     row.base = statistics.median(shown.base)
     row.head = statistics.median(shown.head)
+    row.low = row.high = None  # nothing of an earlier judgement stays on the row
+    row.would_need, row.readings = "", None
     _judge(row, found)
+    if row.status is RowStatus.TOO_FEW_SAMPLES:
+        row.would_need = found.would_need()
     row.p = None  # the blocks' interval decided, not the asv samples' rank test
     row.passes = len(shown.base)
     if len(judged) > 1:

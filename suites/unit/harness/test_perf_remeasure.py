@@ -168,3 +168,27 @@ def test_calibrate_counts_the_settled_verdict_not_the_first_reading():
 
     (found,) = calibrate([NAME], measure, factor=1.2, trials=2, slowdowns=[0.5])
     assert found.false_alarm_rate == 0.0 and found.pass_rate == 1.0
+
+
+def test_a_count_confirmation_read_once_does_not_inherit_the_rows_earlier_readings():
+    # The row's own A/B read [regressed, unchanged, unchanged] (unchanged, 3 readings); the
+    # count tier's confirmation then reads once, with too few blocks: the row shows that one
+    # reading, not the earlier three, and no interval or advice of theirs.
+    first = apply_ab(
+        report(),
+        {
+            NAME: with_readings(
+                measured(1.0, 25, shift_every_block=0.3), measured(1.0, 26), measured(1.0, 27)
+            )
+        },
+    )
+    assert first.rows[0].readings is not None and len(first.rows[0].readings) == 3
+    found = {NAME: judge_counts([1e6, 1e6 + 3, 1e6 - 2], [1.1e6, 1.1e6 + 1, 1.1e6 - 4], 0.05)}
+    few = ABResult(NAME, [1e-3] * 20, [1.1e-3] * 20)  # 4 blocks: can never decide
+    out = apply_counts(first, found, {NAME: few})
+    (row,) = out.rows
+    assert out.exit_code == EXIT_UNDECIDED and row.status is S.UNDECIDED
+    assert row.readings is None and row.passes == 20
+    assert (row.low, row.high) == (None, None)
+    assert "can never show a difference" in row.would_need
+    assert "(3 measurements)" not in row.counts
