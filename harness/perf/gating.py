@@ -447,7 +447,7 @@ def apply_counts(
     rows = [dataclasses.replace(r) for r in report.rows]
     problems = list(report.context)
     failed: list[str] = []
-    for row in rows:
+    for i, row in enumerate(rows):
         found = judged.get(row.name)
         if found is None:
             continue
@@ -472,7 +472,7 @@ def apply_counts(
             if row.status not in FAILING:
                 failed.append(f"`{row.name}`: {desc}, and its A/B confirmation failed: {reason}")
             continue
-        check = dataclasses.replace(row)  # the A/B's reading; the row takes it if it fails
+        check = dataclasses.replace(row)  # the row as the A/B judges it; taken if it fails
         _judge_ab(check, ab, 1 + found.threshold)
         summary = (
             f"A/B at {line}: {check.status} {check.ratio or math.nan:.3f} "
@@ -481,7 +481,7 @@ def apply_counts(
         )
         undecided = check.status in (RowStatus.UNDECIDED, RowStatus.TOO_FEW_SAMPLES)
         if check.status is RowStatus.REGRESSED or (undecided and row.status not in FAILING):
-            _judge_ab(row, ab, 1 + found.threshold)
+            row = rows[i] = check
             row.method = "A/B pairs (count confirmation)"
             if row.status is RowStatus.TOO_FEW_SAMPLES:
                 row.status = RowStatus.UNDECIDED
