@@ -219,24 +219,33 @@ def _fake_noise_records(site: dict) -> list[dict]:
 
 
 def test_each_repeat_of_a_hypothesis_test_draws_its_own_examples(project, pytester):
+    # Each repeat writes the examples it was given: a repeat reusing another's Hypothesis seed
+    # would draw the same list. (Comparing the recorded max_used instead can collide by
+    # chance: Hypothesis favours the bound 0.5, so two repeats' maxima are often both 0.5.)
     root = project(
         {
             "suites/unit/test_h.py": """
+                import hypothesis.core
                 from hypothesis import given, settings, strategies as st
                 from harness import assert_within
 
 
-                @settings(max_examples=5)
+                @settings(max_examples=5, database=None)
                 @given(st.floats(0.0, 0.5))
                 def test_h(x):
+                    with open(f"drawn-{hypothesis.core.global_force_seed}.txt", "a") as f:
+                        f.write(repr(x) + "\\n")
                     assert_within(x, 1.0)
             """
         }
     )
-    result = pytester.runpytest("--harness-repeat=4", "--harness-record-errors=rec.jsonl")
+    result = pytester.runpytest(
+        "--harness-repeat=4", "--harness-record-errors=rec.jsonl", "--harness-seed=7"
+    )
     result.assert_outcomes(passed=4)
-    used = [r["max_used"] for r in _records(root / "rec.jsonl")]
-    assert len(used) == 4 and len(set(used)) == 4
+    assert len(_records(root / "rec.jsonl")) == 4
+    drawn = [tuple(p.read_text().split()) for p in sorted(root.glob("drawn-*.txt"))]
+    assert len(drawn) == 4 and len(set(drawn)) == 4, drawn
 
 
 def test_a_sweep_names_the_seeds_under_which_a_test_failed(project, monkeypatch):
