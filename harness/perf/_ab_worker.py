@@ -11,8 +11,9 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   number of calls per sample as asv does (at least ``sample_time``, 10 ms by default) unless
   given one, and warms up; replies ``{"ok": true, "number": N, "modules": [...]}`` (the
   installed third-party top-level modules the load imported: what a zygote may import for the
-  next children), or ``{"ok": false, "error": "..."}`` (not a timing benchmark, skipped by its
-  setup, raised).
+  next children; and ``"environ"``/``"unset"``: the variables the load set or removed, which
+  the zygote applies before it imports them), or ``{"ok": false, "error": "..."}`` (not a
+  timing benchmark, skipped by its setup, raised).
 - ``{"op": "sample"}`` times one sample in CPU time (``time.process_time``); replies
   ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
   f times one sample's CPU time (the median of 3, taken before the first such sample: an
@@ -23,8 +24,9 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   per parameter combination, as the gate's rows name them (``harness perf calibrate``).
 
 ``python _ab_worker.py --zygote BENCHMARK_DIR FD`` is a fork server instead (harness.perf.ab's
-``_Zygote``): on the Unix socket FD it takes ``{"op": "preload", "modules": [...]}`` (import
-them here, once, for every later child) and ``{"op": "fork", "seed": S}`` with three file
+``_Zygote``): on the Unix socket FD it takes ``{"op": "preload", "modules": [...], "environ":
+{...}, "unset": [...]}`` (set the environment a child's load left, then import the modules here,
+once, for every later child) and ``{"op": "fork", "seed": S}`` with three file
 descriptors attached (requests, replies, stderr): it forks a child that serves the requests
 above on them, after moving its allocations by an amount drawn from S (``_scatter``) and
 reseeding the random generators, and replies ``{"ok": true, "pid": P}``.
@@ -159,6 +161,19 @@ def _third_party(names: "set[str]") -> list[str]:
     return out
 
 
+def _environ_changes(before: "dict[str, str]") -> "dict[str, Any]":
+    """What the load changed in os.environ: ``{"environ": {name: value}, "unset": [names]}``.
+    A benchmark module may set a variable before it imports an installed module that reads it
+    at import (bench_attention sets TRITON_INTERPRET before triton is imported): a zygote must
+    import that module under the same environment, or its later children get it configured
+    otherwise (triton then refuses to interpret: docs/perf.md)."""
+    now = dict(os.environ)
+    return {
+        "environ": {k: v for k, v in now.items() if before.get(k) != v},
+        "unset": sorted(set(before) - set(now)),
+    }
+
+
 def serve(root: str, requests: Any, replies: Any) -> None:
     """Answer JSON-line requests (the module docstring lists them) until requests end."""
     bench: Any = None
@@ -172,13 +187,18 @@ def serve(root: str, requests: Any, replies: Any) -> None:
         reply: dict[str, Any]
         try:
             if request["op"] == "load":
-                before = set(sys.modules)
+                before, environ = set(sys.modules), dict(os.environ)
                 bench, timer, number = _load(
                     root, request["name"], request.get("number"), request.get("cache_dir")
                 )
                 reference = 0.0
                 after = set(sys.modules)
-                reply = {"ok": True, "number": number, "modules": _third_party(after - before)}
+                reply = {
+                    "ok": True,
+                    "number": number,
+                    "modules": _third_party(after - before),
+                    **_environ_changes(environ),
+                }
             elif request["op"] == "sample":
                 extra = float(request.get("extra", 0.0))
                 if extra > 0 and not reference:  # measured once, before the first timed sample
@@ -284,6 +304,10 @@ def zygote(root: str, control_fd: int) -> None:
                     os.close(fd)
                 reply = {"ok": True, "pid": pid}
             elif request["op"] == "preload":
+                # The environment the child loaded the benchmark in, before its imports.
+                os.environ.update(request.get("environ", {}))
+                for name in request.get("unset", []):
+                    os.environ.pop(name, None)
                 failed = []
                 for name in request["modules"]:
                     try:

@@ -13,23 +13,24 @@ kept it waiting, and that depends on the sample's length (one shorter than a tim
 runs undisturbed), so even pairs milliseconds apart read a 2x slowdown as 1x or 12x in wall
 time at load average 15; in CPU time they read 2.0 (docs/perf.md).
 
-Every block of AB_BLOCK consecutive pairs is measured by a fresh pair of workers, both pinned
-to the same CPU (the CPUs taken in turn, block by block): two long-lived processes running
-identical code differ by a few percent for as long as they live (their memory layouts; the
-core each was scheduled on, and what else ran on its sibling), and one pair of workers read
-identical code as 1.13x and 1.20x, "significantly", over 20 pairs (docs/perf.md). Across fresh
-pairs that difference is random, so the gate treats blocks, not pairs, as the independent
-units (decision.compare_blocks). The pair is forked, not exec'd: one zygote per side (a fork
-server, ``_Zygote``) imports asv_runner and, after the first block, the installed modules the
-benchmark imported (numpy, torch; never the benchmarks' own code, which differs between base
-and head), and every block's worker is a child of it that imports the benchmark, sets it up
-and moves its own allocations by a random amount (fresh processes get a new layout from
-address-space randomization; a forked child would otherwise share its zygote's); the first
-block's calls per sample are kept for the others. ``start="exec"`` starts fresh processes
-instead, the design before (docs/perf.md compares the two). Pairs are taken sequentially
-(sequential.py): ``pairs`` first, more while the verdict is undecided, within a pair count and
-a time budget per benchmark. Both workers get the same PYTHONHASHSEED, so that hashing is not
-one more difference between them.
+Every block of AB_BLOCK consecutive pairs is measured by a fresh pair of workers, both pinned to
+the same CPU (the CPUs taken in turn, block by block): two long-lived processes running
+identical code differ by a few percent for as long as they live (their memory layouts; the core
+each was scheduled on, and what else ran on its sibling), and one pair of workers read identical
+code as 1.13x and 1.20x, "significantly", over 20 pairs (docs/perf.md). Across fresh pairs that
+difference is random, so the gate treats blocks, not pairs, as the independent units
+(decision.compare_blocks). The pair is forked, not exec'd: one zygote per side and benchmark
+module (a fork server, ``_Zygote``) imports asv_runner and, after the first block, the installed
+modules the benchmark imported (numpy, torch; never the benchmarks' own code, which differs
+between base and head), under the environment variables the benchmark's module set
+(bench_attention's TRITON_INTERPRET), and every block's worker is a child of it that imports the
+benchmark, sets it up and moves its own allocations by a random amount (fresh processes get a
+new layout from address-space randomization; a forked child would otherwise share its zygote's);
+the first block's calls per sample are kept for the others. ``start="exec"`` starts fresh
+processes instead, the design before (docs/perf.md compares the two). Pairs are taken
+sequentially (sequential.py): ``pairs`` first, more while the verdict is undecided, within a
+pair count and a time budget per benchmark. Both workers get the same PYTHONHASHSEED, so that
+hashing is not one more difference between them.
 
 A benchmark whose pairs read ``regressed`` is measured again from the start by a new zygote
 pair (new processes, a new calibration, seconds later), up to decision.MEASUREMENTS readings:
@@ -224,15 +225,15 @@ _COUNTER = itertools.count()
 
 
 class _Zygote:
-    """A fork server for one side (``_ab_worker.py --zygote``): started once per gate run, it
-    imports asv_runner, and the installed third-party modules the benchmarks turned out to
-    import (numpy, torch: never the project's code, which differs between base and head), once;
-    each block's worker is a child forked from it, which imports the benchmark and sets it up.
-    A fresh Python process and its imports cost each block ~1 s under load, torch's import far
-    more; a fork costs milliseconds. The child moves its later allocations by a random amount
-    (``_ab_worker._scatter``): a forked child shares its zygote's layout where a fresh process
-    gets a new one, and the difference between two processes must stay random from block to
-    block (docs/perf.md measures it)."""
+    """A fork server for one side (``_ab_worker.py --zygote``): started once per benchmark
+    module (measure_ab), it imports asv_runner, and the installed third-party modules the
+    module's benchmarks turned out to import (numpy, torch: never the project's code, which
+    differs between base and head), once; each block's worker is a child forked from it, which
+    imports the benchmark and sets it up. A fresh Python process and its imports cost each block
+    ~1 s under load, torch's import far more; a fork costs milliseconds. The child moves its
+    later allocations by a random amount (``_ab_worker._scatter``): a forked child shares its
+    zygote's layout where a fresh process gets a new one, and the difference between two
+    processes must stay random from block to block (docs/perf.md measures it)."""
 
     def __init__(self, script: Path, bench_root: Path, env: dict[str, str], cwd: Path) -> None:
         self.cwd = cwd
@@ -306,12 +307,20 @@ class _Zygote:
         requests, replies = os.fdopen(req_w, "w"), os.fdopen(rep_r, "r")
         return _Worker(int(reply["pid"]), requests, replies, stderr_path)
 
-    def preload(self, modules: Sequence[str]) -> None:
+    def preload(
+        self,
+        modules: Sequence[str],
+        environ: dict[str, str] | None = None,
+        unset: Sequence[str] = (),
+    ) -> None:
         """Import these installed modules in the zygote, for the children forked after this
-        block (a module that fails to import there is imported by each child as before)."""
+        block (a module that fails to import there is imported by each child as before), after
+        setting the environment variables the child's load set (environ) or removed (unset):
+        an installed module may read them at import (triton's TRITON_INTERPRET)."""
         new = sorted(set(modules) - self.preloaded)
-        if new:  # imported while this block samples (on the other CPU, where there is one)
-            self._call({"op": "preload", "modules": new}, wait=False)
+        if new or environ or unset:  # imported while this block samples (on the other CPU)
+            request = {"op": "preload", "modules": new, "environ": environ or {}}
+            self._call(request | {"unset": list(unset)}, wait=False)
             self.preloaded.update(new)
 
     def close(self) -> None:
@@ -321,6 +330,18 @@ class _Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def benchmark_module(bench_dir: Path, name: str) -> str:
+    """The module (dotted, relative to bench_dir) that defines benchmark name
+    (``module.Class.method(params)`` or ``module.function``): the longest dotted prefix that is
+    a ``.py`` file or a package under bench_dir, as asv's discovery finds it."""
+    parts = name.partition("(")[0].split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        path = bench_dir.joinpath(*parts[:k])
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+            return ".".join(parts[:k])
+    return parts[0]
 
 
 def measure_ab(
@@ -400,9 +421,23 @@ def measure_ab(
 
         def loaded(side: str, reply: dict[str, Any]) -> None:
             if side in zygotes:  # later children find these imported already
-                zygotes[side].preload([str(m) for m in reply.get("modules", [])])
+                zygotes[side].preload(
+                    [str(m) for m in reply.get("modules", [])],
+                    {str(k): str(v) for k, v in reply.get("environ", {}).items()},
+                    [str(k) for k in reply.get("unset", [])],
+                )
 
+        served = ""  # the benchmark module the zygotes serve
         for n, name in enumerate(names, 1):
+            # A zygote serves one benchmark module: what a module's imports left in it (the
+            # environment it set, installed modules imported under it) must not reach another
+            # module's benchmarks, which asv runs in processes of their own.
+            module = benchmark_module(project.benchmark_dir, name)
+            if module != served:
+                for zygote in zygotes.values():
+                    zygote.close()
+                zygotes.clear()
+                served = module
             if echo:
                 echo(
                     f"harness perf: A/B {n}/{len(names)} {name}: {pairs} interleaved pairs in "

@@ -343,6 +343,71 @@ def test_forked_workers_import_numpy_random_once_yet_draw_afresh_and_a_dying_one
     assert failed.error and "worker exited" in failed.error and not failed.base
 
 
+# A module that, like bench_attention, sets a variable that an installed module reads when it
+# is imported (triton: TRITON_INTERPRET), and a module after it that must not inherit it.
+ENV_BENCH = """
+import os
+
+os.environ["TINY_SET_BY"] = "bench_env"
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _double(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    # tl.sum is @triton.jit'd in triton's standard library, defined when triton is imported
+    tl.store(x_ptr + offs, x * 2 - tl.sum(x, axis=0) / BLOCK)
+
+
+class Interpreted:
+    def setup(self):
+        self.x = torch.ones(16)
+
+    def time_double(self):
+        _double[(1,)](self.x, BLOCK=16)
+"""
+
+AFTER_BENCH = """
+import os
+
+
+class Clean:
+    def setup(self):
+        if "TINY_SET_BY" in os.environ:
+            raise RuntimeError(f"TINY_SET_BY={os.environ['TINY_SET_BY']} reached bench_after")
+
+    def time_sum(self):
+        sum(range(1000))
+"""
+
+
+def test_a_module_that_sets_the_environment_for_its_imports_is_measured_under_it_alone(
+    tmp_path, monkeypatch
+):
+    """Blocks after the first are forked from a zygote that imported what the first block's
+    load imported: triton must be imported there under the TRITON_INTERPRET the benchmark's
+    module set (else every later block fails: "Cannot call @triton.jit'd outside of the scope of
+    a kernel"), and the next module's benchmarks, run by asv in processes of their own, must not
+    inherit that module's environment."""
+    pytest.importorskip("triton", reason="the interpreter benchmark needs triton (gpu extra)")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # suites/conftest.py sets it here
+    monkeypatch.delenv("TINY_SET_BY", raising=False)
+    repo, _ = make_repo(tmp_path)
+    (repo / "benchmarks" / "bench_env.py").write_text(ENV_BENCH)
+    (repo / "benchmarks" / "bench_after.py").write_text(AFTER_BENCH)
+    base = commit(repo, "two more benchmark modules")
+    names = ["bench_env.Interpreted.time_double", "bench_after.Clean.time_sum"]
+    ab = perf.measure_ab(repo, base, names, factor=1.2, pairs=10, max_pairs=10)
+    for name in names:
+        assert ab[name].error is None, f"{name}: {ab[name].error}"
+        assert len(ab[name].base) == len(ab[name].head) == 10  # 2 blocks: a forked one too
+
+
 # The tiny loop, writing down the parent of each process that sets it up (a zygote, ab.py).
 PARENTS_BENCH = """
 
