@@ -29,6 +29,8 @@ suites/integration/harness/tiny_asv_project.py, unless named "real"):
 - ``real-aa``: pull-request mode in a clone of this repository, a branch that changes only the
   README, over real CPU benchmarks (``--bench``, default the pure-Python ``bench_data.Planning``
   and ``bench_distributed_debug.StallReport``): expect exit 0.
+- ``group-aa``: the same over the whole CPU group (every CPU benchmark: asv's passes of base
+  and head, then A/B pairs for every timing benchmark; about an hour idle): expect exit 0.
 
 With ``--load N`` (default 2), N busy loops (``python -c 'while True: pass'``) run for the
 whole experiment; they are started by this process and killed by PID when it ends.
@@ -71,6 +73,7 @@ EXPECT: dict[str, tuple[set[int], int | None]] = {
     "pr-aa": ({0}, None),
     "pr-aa-counts": ({0}, None),
     "real-aa": ({0}, None),
+    "group-aa": ({0}, None),
     "pr-1.5x": ({1}, 0),
     "first-1.5x": ({1}, 0),
     "stored-1.5x": ({1}, 0),
@@ -191,6 +194,7 @@ def run_case(case: str, bench: str) -> dict[str, Any]:
         "first-1.5x": first_case,
         "stored-1.5x": stored_case,
         "real-aa": lambda t: real_case(t, bench),
+        "group-aa": lambda t: real_case(t, "."),
     }
     started = time.monotonic()
     load_before = os.getloadavg()[0]

@@ -331,8 +331,9 @@ def test_forked_workers_import_numpy_random_once_yet_draw_afresh_and_a_dying_one
         pid, value = line.split()
         first.setdefault(pid, value)
     # 3 blocks, 2 sides: each a process of its own (with 2 CPUs or more, one more pair was
-    # loaded ahead for a fourth block that was not needed)
-    assert len(first) in (6, 8)
+    # loaded ahead for a fourth block that was not needed; closed when the third block ends,
+    # one of its two may not have reached setup yet on a busy machine)
+    assert 6 <= len(first) <= 8
     assert len(set(first.values())) == len(first)
 
     monkeypatch.setenv("TINY_EXIT_IN_SETUP", "1")
@@ -444,12 +445,16 @@ def test_a_10x_regression_is_measured_again_by_new_processes_and_read_twice(tmp_
     )
     result = ab["bench_tiny.Parent.time_work"]
     assert result.error is None and result.settled() == "regressed"
-    assert len(result.confirmations) == 1  # two readings that agree settle it
-    for reading in result.measurements():
-        assert reading.comparison is not None and reading.comparison.verdict == "regressed"
-        assert 5 < reading.comparison.estimate < 20
-    # Two zygotes (base, head) for the first reading, two new ones for the second.
-    assert len(set(parents.read_text().split())) == 4
+    # Two readings that agree settle it; a second that could not decide on a busy machine
+    # (undecided: a load burst widened its interval) calls a third.
+    readings = result.measurements()
+    assert len(readings) in (2, 3) and readings[0].comparison is not None
+    regressed = [r for r in readings if r.comparison and r.comparison.verdict == "regressed"]
+    assert len(regressed) == 2 and regressed[0] is readings[0]
+    for reading in regressed:
+        assert reading.comparison is not None and 5 < reading.comparison.estimate < 20
+    # Two zygotes (base, head) per reading, new ones for each.
+    assert len(set(parents.read_text().split())) == 2 * len(readings)
 
 
 # A setup_cache that writes down the process that computed it, and a benchmark that uses it.

@@ -89,7 +89,10 @@ def test_a_bad_value_raises_at_the_call_and_keeps_nothing_of_it():
 def test_a_failed_background_write_surfaces_on_the_callers_thread_and_loses_nothing():
     backend = FakeBackend()
     backend.fail = True
-    tracker = Tracker(backend=backend, flush_points=10, flush_interval_s=0.05)
+    # flush_points=10 makes the 10th point start the (failing) write at once; the interval is
+    # long so that no timed write fails partway through the 10 calls (a GC pause or a busy
+    # runner longer than a short interval would raise inside the loop, outside pytest.raises).
+    tracker = Tracker(backend=backend, flush_points=10, flush_interval_s=30)
     run = tracker.start_run("p")
     for step in range(10):
         run.log_metrics({"a": step}, step=step)
