@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -86,6 +86,9 @@ def test_rel_error_of_identical_inputs_is_zero(x):
 def test_rel_error_of_a_scaled_copy_is_the_scale_minus_one(x, c):
     if not np.any(x):
         return  # ||x|| == 0 has its own rule, tested in the unit tests
+    # Subnormal entries have too few significant bits for c * x to be c times them (5e-324 * 0.5
+    # rounds to 5e-324): the identity is about normal floats.
+    assume(np.all((x == 0) | (np.abs(x) >= 1e-290)))
     assert rel_error(c * x, x) == pytest.approx(abs(c - 1), rel=1e-9, abs=1e-12)
 
 
