@@ -23,7 +23,6 @@ Nothing here imports pytest or mutmut: mutmut runs in its own process, as on the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import enum
@@ -46,6 +45,7 @@ from harness import atomic
 from harness import layout as _layout
 from harness import selection as _selection
 from harness import tiers as _tiers
+from harness.processes import end_process_group
 
 __all__ = [
     "CORE_MODULES",
@@ -422,13 +422,13 @@ def _mutmut(work: Path, *args: str, stream: bool = False, timeout: float | None 
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _end_group(proc)
+        end_process_group(proc)
         raise RunStopped(
             f"`{command}` in {work} was stopped at its time limit of {timeout:g} s "
             "(raise it with --timeout, or name fewer tests with --tests)"
         ) from None
     except BaseException:  # Ctrl-C: leave no mutmut worker running
-        _end_group(proc)
+        end_process_group(proc)
         raise
     if proc.returncode != 0:
         output = ((stdout or "") + (stderr or ""))[-3000:]
@@ -437,18 +437,6 @@ def _mutmut(work: Path, *args: str, stream: bool = False, timeout: float | None 
             + (f":\n{output}" if output else " (its output is above)")
         )
     return stdout or ""
-
-
-def _end_group(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM mutmut's process group (its fork server then ends its workers), then SIGKILL
-    whatever of the group is left after 10 s."""
-    import signal
-
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=wait)
 
 
 _RESULT_LINE = re.compile(r"^\s+(\S+): (.+)$")

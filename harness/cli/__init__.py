@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from harness import __version__
+from harness.processes import exit_on_sigterm
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -54,3 +55,12 @@ def _register() -> None:
 
 
 _register()
+
+
+def run() -> None:
+    """The ``harness`` program (the console script and ``python -m harness.cli``): a SIGTERM
+    (a cancelled CI job, ``timeout``) ends the command as Ctrl-C does, so the processes it
+    started (asv's, mutmut's) are ended with it (harness/processes.py). Not in :func:`main`,
+    which tests invoke in their own process."""
+    exit_on_sigterm()
+    main()

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.processes import end_process_group
+
 DEFAULT_MACHINE = "ci-cpu"
 MACHINE_ENV_VAR = "HARNESS_PERF_MACHINE"
 VENDOR_DIR_ENV_VAR = "HARNESS_PERF_VENDOR_DIR"
@@ -215,7 +217,12 @@ def _asv_environ(project: Project, extra: dict[str, str] | None = None) -> dict[
 def _stream(
     cmd: Sequence[str], *, cwd: Path, env: dict[str, str], echo: Echo | None, log: list[str]
 ) -> int:
-    """Run cmd, echo its output line by line as it comes (progress), keep it in log."""
+    """Run cmd, echo its output line by line as it comes (progress), keep it in log.
+
+    cmd runs in a process group of its own, which is ended (SIGTERM, then SIGKILL after 10 s)
+    when this is interrupted: Ctrl-C, or a SIGTERM that ``harness`` turns into an exit (a
+    cancelled CI job, ``timeout``). asv's benchmark processes would otherwise run on, orphaned,
+    loading the machine after the job that started them is gone."""
     proc = subprocess.Popen(
         list(cmd),
         cwd=cwd,
@@ -224,11 +231,16 @@ def _stream(
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
+        start_new_session=True,
     )
     assert proc.stdout is not None
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        log.append(line)
-        if echo:
-            echo(line)
-    return proc.wait()
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            log.append(line)
+            if echo:
+                echo(line)
+        return proc.wait()
+    except BaseException:
+        end_process_group(proc)
+        raise
