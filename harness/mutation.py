@@ -45,7 +45,7 @@ from harness import atomic
 from harness import layout as _layout
 from harness import selection as _selection
 from harness import tiers as _tiers
-from harness.processes import end_process_group
+from harness.processes import end_session
 
 __all__ = [
     "CORE_MODULES",
@@ -422,13 +422,13 @@ def _mutmut(work: Path, *args: str, stream: bool = False, timeout: float | None 
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        end_process_group(proc)
+        end_session(proc)
         raise RunStopped(
             f"`{command}` in {work} was stopped at its time limit of {timeout:g} s "
             "(raise it with --timeout, or name fewer tests with --tests)"
         ) from None
     except BaseException:  # Ctrl-C: leave no mutmut worker running
-        end_process_group(proc)
+        end_session(proc)
         raise
     if proc.returncode != 0:
         output = ((stdout or "") + (stderr or ""))[-3000:]

@@ -6,10 +6,12 @@ it fronts (``harness.environment``, ``harness.artifacts``, ...); this module onl
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from harness import __version__
-from harness.processes import exit_on_sigterm
+from harness.processes import SIGTERM_EXIT, interrupt_on_sigterm, sigterm_received
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -59,8 +61,16 @@ _register()
 
 def run() -> None:
     """The ``harness`` program (the console script and ``python -m harness.cli``): a SIGTERM
-    (a cancelled CI job, ``timeout``) ends the command as Ctrl-C does, so the processes it
-    started (asv's, mutmut's) are ended with it (harness/processes.py). Not in :func:`main`,
-    which tests invoke in their own process."""
-    exit_on_sigterm()
-    main()
+    (a cancelled CI job, ``timeout``) interrupts the command as Ctrl-C does, so the processes
+    it started (asv's, mutmut's, pytest's) are ended with it and partial reports are written
+    (harness/processes.py); the program then exits 143, as a process ended by SIGTERM does.
+    Not in :func:`main`, which tests invoke in their own process."""
+    interrupt_on_sigterm()
+    try:
+        main()
+    except BaseException:
+        # Click turns the interrupt into "Aborted!" and exit 1; pipeline's Ctrl-C path exits
+        # 130: after a SIGTERM the exit is 143 whichever path ran.
+        if sigterm_received():
+            sys.exit(SIGTERM_EXIT)
+        raise

@@ -11,9 +11,9 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   number of calls per sample as asv does (at least ``sample_time``, 10 ms by default) unless
   given one, and warms up; replies ``{"ok": true, "number": N, "modules": [...]}`` (the
   installed third-party top-level modules the load imported: what a zygote may import for the
-  next children; and ``"environ"``/``"unset"``: the variables the load set or removed, which
-  the zygote applies before it imports them), or ``{"ok": false, "error": "..."}`` (not a
-  timing benchmark, skipped by its setup, raised).
+  next children; and ``"environ"``/``"unset"``: the variables the benchmark's module set or
+  removed when it was imported, which the zygote applies before it imports them), or
+  ``{"ok": false, "error": "..."}`` (not a timing benchmark, skipped by its setup, raised).
 - ``{"op": "sample"}`` times one sample in CPU time (``time.process_time``); replies
   ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
   f times one sample's CPU time (the median of 3, taken before the first such sample: an
@@ -100,9 +100,17 @@ def _setup_cache(bench: Any, cache_dir: Any) -> Any:
 
 
 def _load(
-    root: str, full_name: str, number: Any = None, cache_dir: Any = None
+    root: str,
+    full_name: str,
+    number: Any = None,
+    cache_dir: Any = None,
+    imported: Any = None,
 ) -> tuple[Any, Any, int]:
+    """The benchmark set up, its timer and calls per sample. imported: called once the
+    benchmark's module is imported, before its setup_cache and setup run."""
     bench = _find(root, full_name)
+    if imported is not None:
+        imported()
     if getattr(bench, "type", None) != "time":
         raise ValueError(f"{full_name} is a {getattr(bench, 'type', '?')} benchmark, not a timing")
     if bench._setup_cache is not None:
@@ -162,7 +170,7 @@ def _third_party(names: "set[str]") -> list[str]:
 
 
 def _environ_changes(before: "dict[str, str]") -> "dict[str, Any]":
-    """What the load changed in os.environ: ``{"environ": {name: value}, "unset": [names]}``.
+    """What the import changed in os.environ: ``{"environ": {name: value}, "unset": [names]}``.
     A benchmark module may set a variable before it imports an installed module that reads it
     at import (bench_attention sets TRITON_INTERPRET before triton is imported): a zygote must
     import that module under the same environment, or its later children get it configured
@@ -188,17 +196,20 @@ def serve(root: str, requests: Any, replies: Any) -> None:
         try:
             if request["op"] == "load":
                 before, environ = set(sys.modules), dict(os.environ)
+                # What the module's import did to the environment: not its setup's (asv runs
+                # the setup in every process; the import is what a zygote stands in for).
+                changes: dict[str, Any] = {}
                 bench, timer, number = _load(
-                    root, request["name"], request.get("number"), request.get("cache_dir")
+                    root,
+                    request["name"],
+                    request.get("number"),
+                    request.get("cache_dir"),
+                    imported=lambda c=changes, e=environ: c.update(_environ_changes(e)),
                 )
                 reference = 0.0
                 after = set(sys.modules)
-                reply = {
-                    "ok": True,
-                    "number": number,
-                    "modules": _third_party(after - before),
-                    **_environ_changes(environ),
-                }
+                modules = _third_party(after - before)
+                reply = {"ok": True, "number": number, "modules": modules, **changes}
             elif request["op"] == "sample":
                 extra = float(request.get("extra", 0.0))
                 if extra > 0 and not reference:  # measured once, before the first timed sample

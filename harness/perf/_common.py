@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.processes import end_process_group
+from harness.processes import end_session
 
 DEFAULT_MACHINE = "ci-cpu"
 MACHINE_ENV_VAR = "HARNESS_PERF_MACHINE"
@@ -219,10 +219,11 @@ def _stream(
 ) -> int:
     """Run cmd, echo its output line by line as it comes (progress), keep it in log.
 
-    cmd runs in a process group of its own, which is ended (SIGTERM, then SIGKILL after 10 s)
-    when this is interrupted: Ctrl-C, or a SIGTERM that ``harness`` turns into an exit (a
-    cancelled CI job, ``timeout``). asv's benchmark processes would otherwise run on, orphaned,
-    loading the machine after the job that started them is gone."""
+    cmd runs in a session of its own, which is ended (harness.processes.end_session: SIGINT
+    to cmd, then SIGTERM and SIGKILL to what is left of the session) when this is interrupted:
+    Ctrl-C, or a SIGTERM that ``harness`` turns into the same (a cancelled CI job,
+    ``timeout``). asv's benchmark processes (each in a process group of its own) would
+    otherwise run on, orphaned, loading the machine after the job that started them is gone."""
     proc = subprocess.Popen(
         list(cmd),
         cwd=cwd,
@@ -242,5 +243,5 @@ def _stream(
                 echo(line)
         return proc.wait()
     except BaseException:
-        end_process_group(proc)
+        end_session(proc)
         raise

@@ -371,6 +371,23 @@ class Interpreted:
 
     def time_double(self):
         _double[(1,)](self.x, BLOCK=16)
+
+
+class SetsInSetup:
+    def setup(self):
+        os.environ["TINY_FROM_SETUP"] = "1"  # asv sets it in this benchmark's process alone
+
+    def time_sum(self):
+        sum(range(1000))
+
+
+class ChecksSetup:
+    def setup(self):
+        if "TINY_FROM_SETUP" in os.environ:
+            raise RuntimeError("SetsInSetup's setup reached ChecksSetup")
+
+    def time_sum(self):
+        sum(range(1000))
 """
 
 AFTER_BENCH = """
@@ -394,7 +411,8 @@ def test_a_module_that_sets_the_environment_for_its_imports_is_measured_under_it
     load imported: triton must be imported there under the TRITON_INTERPRET the benchmark's
     module set (else every later block fails: "Cannot call @triton.jit'd outside of the scope of
     a kernel"), and the next module's benchmarks, run by asv in processes of their own, must not
-    inherit that module's environment."""
+    inherit that module's environment; nor may a benchmark inherit what another one's setup
+    set (the zygote stands in for the module's import, not for a setup)."""
     pytest.importorskip("triton", reason="the interpreter benchmark needs triton (gpu extra)")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # suites/conftest.py sets it here
     monkeypatch.delenv("TINY_SET_BY", raising=False)
@@ -402,7 +420,12 @@ def test_a_module_that_sets_the_environment_for_its_imports_is_measured_under_it
     (repo / "benchmarks" / "bench_env.py").write_text(ENV_BENCH)
     (repo / "benchmarks" / "bench_after.py").write_text(AFTER_BENCH)
     base = commit(repo, "two more benchmark modules")
-    names = ["bench_env.Interpreted.time_double", "bench_after.Clean.time_sum"]
+    names = [
+        "bench_env.Interpreted.time_double",
+        "bench_env.SetsInSetup.time_sum",
+        "bench_env.ChecksSetup.time_sum",
+        "bench_after.Clean.time_sum",
+    ]
     ab = perf.measure_ab(repo, base, names, factor=1.2, pairs=10, max_pairs=10)
     for name in names:
         assert ab[name].error is None, f"{name}: {ab[name].error}"
