@@ -26,6 +26,7 @@ from harness import atomic
 from harness import history as _history
 from harness import prmode as _prmode
 from harness import report as _report
+from harness.processes import Terminated
 
 console = Console(stderr=False, highlight=False)
 
@@ -122,11 +123,12 @@ def run_suites(
     console.print(f"[bold]$ python {' '.join(shown)}[/bold]", soft_wrap=True)
     try:
         code = _run_pytest(cmd)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         junit_tmp.unlink(missing_ok=True)
         json_tmp.unlink(missing_ok=True)
+        how = "a SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C (SIGINT)"
         reason = (
-            f"interrupted by Ctrl-C (SIGINT) during the run started at {started}; no report "
+            f"interrupted by {how} during the run started at {started}; no report "
             "of it was kept: run it again"
         )
         _report.write_placeholders(report_dir, _report.RunStatus.ABORTED, reason, title=title)

@@ -35,10 +35,11 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("target", ["harness only", "process group"])
+@pytest.mark.parametrize("target", ["harness only", "process group", "sigterm"])
 def test_ctrl_c_during_a_run_exits_130_and_every_report_says_aborted(
     project, pytester, monkeypatch, target
 ):
+    """And a SIGTERM (a cancelled CI job's) the same way, exit 143."""
     root = project({"suites/unit/test_slow.py": SLOW})
     _earlier_passing_reports(root / "out")
     started = root / "started.txt"
@@ -60,6 +61,8 @@ def test_ctrl_c_during_a_run_exits_130_and_every_report_says_aborted(
         assert started.exists(), "the slow test never started"
         if target == "process group":  # what Ctrl-C in a terminal does
             os.killpg(proc.pid, signal.SIGINT)
+        elif target == "sigterm":  # to harness alone, as a supervisor or `timeout` sends it
+            proc.send_signal(signal.SIGTERM)
         else:
             proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
@@ -67,11 +70,12 @@ def test_ctrl_c_during_a_run_exits_130_and_every_report_says_aborted(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, output
+    assert proc.returncode == (143 if target == "sigterm" else 130), output
     assert "aborted" in output
     out = root / "out"
     report = json.loads((out / "report.json").read_text())
-    assert report["status"] == "aborted" and "interrupted by Ctrl-C" in report["reason"]
+    how = "a SIGTERM" if target == "sigterm" else "Ctrl-C"
+    assert report["status"] == "aborted" and f"interrupted by {how}" in report["reason"]
     assert "❌ aborted" in (out / "summary.md").read_text()
     junit = (out / "junit.xml").read_text()
     assert 'errors="1"' in junit and "passed" not in (out / "summary.md").read_text()
