@@ -115,8 +115,14 @@ def sample_until_decided(
     unit: str = CPU_UNIT,
 ) -> Sampled:
     """Take pairs until a look decides (decision.compare on ab_strata), the plan's pairs run
-    out, or its budget does (then the pairs taken so far are judged)."""
-    deadline = clock() + plan.budget_s
+    out, or its budget does (then the pairs taken so far are judged).
+
+    The budget starts when the first pair is in: that pair carries what a benchmark pays once
+    (the workers' imports, its setup_cache: a history database built for a query benchmark),
+    which is no measure of what more pairs cost. Counted, a setup_cache of a minute left one
+    pair of bench_history.HistoryQuery and "too few samples" (exit 2) on unchanged code
+    (2026-12-03)."""
+    deadline = math.inf
     base: list[float] = []
     head: list[float] = []
     comparison: Comparison | None = None
@@ -131,6 +137,8 @@ def sample_until_decided(
                 return Sampled(base, head, comparison, looks, "error", str(exc))
             base.append(b)
             head.append(h)
+            if len(base) == 1:
+                deadline = clock() + plan.budget_s
         looks += 1
         comparison = judge_pairs(base, head, factor, unit=unit)
         if comparison.verdict is not Verdict.UNDECIDED:

@@ -230,8 +230,26 @@ def test_the_time_budget_is_respected_on_an_injected_clock():
     plan = SamplingPlan(first=60, max_pairs=1000, budget_s=80)
     got = sample_until_decided(sampler(random.Random(4), 1.1, 0.2, clock), 1.1, plan, clock=clock)
     assert got.stopped == "budget"
-    assert len(got.base) <= 81 and clock.now <= 81  # no new pair after the deadline
+    # The budget starts after the first pair; no new pair after the deadline.
+    assert len(got.base) <= 82 and clock.now <= 82
     assert got.comparison and got.comparison.verdict is Verdict.UNDECIDED
+
+
+def test_a_first_pair_that_pays_a_long_setup_does_not_use_up_the_budget():
+    """The first pair carries the workers' imports and the benchmark's setup_cache (a minute
+    for a history database): the budget is for the pairs after it."""
+    clock = FakeClock(step=1.0)
+    take = sampler(random.Random(5), 1.0, 0.01, clock)
+
+    def first_is_slow(i: int) -> tuple[float, float]:
+        if i == 0:
+            clock.now += 500.0  # the one-off setup, far over the budget
+        return take(i)
+
+    plan = SamplingPlan(first=60, max_pairs=600, budget_s=120)
+    got = sample_until_decided(first_is_slow, 1.2, plan, clock=clock)
+    assert got.stopped == "decided" and len(got.base) == 60
+    assert got.comparison and got.comparison.verdict is Verdict.UNCHANGED
 
 
 def test_a_sampler_error_stops_sampling_and_is_reported():
