@@ -177,11 +177,20 @@ def real_case(tmp: Path, bench: str) -> dict[str, Any]:
         "--machine", "rates-real", "--bench", bench, "--report-dir", str(tmp / "reports"),
         cwd=clone,
     )  # fmt: skip
+    rows = _rows(tmp / "reports" / "perf-gate.json")
     return {
         "exit": step.returncode,
-        "rows": _rows(tmp / "reports" / "perf-gate.json"),
-        **({"tail": _tail(step)} if step.returncode not in (0, 1) else {}),
+        "rows": rows,
+        # Unchanged code: any exit but 0 is wrong; keep why (a row that failed names asv's
+        # error only in the log: the lines about failures, and the end).
+        **({"tail": _why(step)} if step.returncode != 0 else {}),
     }
+
+
+def _why(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = (proc.stdout + proc.stderr).splitlines()
+    flagged = [x for x in lines if any(w in x for w in ("failed", "Error", "Traceback", "imeout"))]
+    return "\n".join(flagged[-60:]) + "\n...\n" + _tail(proc)
 
 
 def run_case(case: str, bench: str) -> dict[str, Any]:
