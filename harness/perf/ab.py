@@ -319,8 +319,13 @@ class _Zygote:
         an installed module may read them at import (triton's TRITON_INTERPRET)."""
         new = sorted(set(modules) - self.preloaded)
         if new or environ or unset:  # imported while this block samples (on the other CPU)
-            request = {"op": "preload", "modules": new, "environ": environ or {}}
-            self._call(request | {"unset": list(unset)}, wait=False)
+            request = {
+                "op": "preload",
+                "modules": new,
+                "environ": environ or {},
+                "unset": list(unset),
+            }
+            self._call(request, wait=False)
             self.preloaded.update(new)
 
     def close(self) -> None:
@@ -427,6 +432,12 @@ def measure_ab(
                     [str(k) for k in reply.get("unset", [])],
                 )
 
+        def close_zygotes() -> None:
+            """End both sides' zygotes; the next block's spawn starts new ones."""
+            for zygote in zygotes.values():
+                zygote.close()
+            zygotes.clear()
+
         served = ""  # the benchmark module the zygotes serve
         for n, name in enumerate(names, 1):
             # A zygote serves one benchmark module: what a module's imports left in it (the
@@ -434,9 +445,7 @@ def measure_ab(
             # module's benchmarks, which asv runs in processes of their own.
             module = benchmark_module(project.benchmark_dir, name)
             if module != served:
-                for zygote in zygotes.values():
-                    zygote.close()
-                zygotes.clear()
+                close_zygotes()
                 served = module
             if echo:
                 echo(
@@ -465,9 +474,7 @@ def measure_ab(
                     and result.comparison is not None
                     and result.settled() is None
                 ):
-                    for zygote in zygotes.values():
-                        zygote.close()
-                    zygotes.clear()
+                    close_zygotes()
                     if echo:
                         last = result.measurements()[-1].comparison
                         echo(
@@ -477,8 +484,7 @@ def measure_ab(
                         )
                     result.confirmations.append(measure())
             except BaseException:
-                for zygote in zygotes.values():
-                    zygote.close()
+                close_zygotes()
                 raise
             results[name] = result
             if echo and result.error:
@@ -490,8 +496,7 @@ def measure_ab(
                     for m in result.measurements()
                 )
                 echo(f"harness perf: A/B of {name}: {result.settled()}: {readings}")
-        for zygote in zygotes.values():
-            zygote.close()
+        close_zygotes()
     return results
 
 
