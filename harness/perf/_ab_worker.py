@@ -14,7 +14,8 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   next children; and ``"environ"``/``"unset"``: the variables the benchmark's module set or
   removed when it was imported, which the zygote applies before it imports them), or
   ``{"ok": false, "error": "..."}`` (not a timing benchmark, skipped by its setup, raised).
-- ``{"op": "sample"}`` times one sample in CPU time (``time.process_time``); replies
+- ``{"op": "sample"}`` times one sample in CPU time (``_cpu_time``: this process's and that of
+  its children that ended within the sample, e.g. a pytest or process group it ran); replies
   ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
   f times one sample's CPU time (the median of 3, taken before the first such sample: an
   injected slowdown of f, for ``harness perf calibrate``), counted in the sample.
@@ -39,6 +40,7 @@ import json
 import os
 import pickle
 import random
+import resource
 import signal
 import socket
 import sys
@@ -99,6 +101,16 @@ def _setup_cache(bench: Any, cache_dir: Any) -> Any:
     return value
 
 
+def _cpu_time() -> float:
+    """CPU seconds of this process (all its threads) and of its children that have ended and
+    been waited for. A benchmark that runs its work in child processes (pytest in a subprocess,
+    a group of gloo processes) costs what they use: ``time.process_time`` alone would time only
+    this process waiting for them, and a slower child would read unchanged. A child's time
+    counts once it is reaped, so within the sample that waits for it."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def _load(
     root: str,
     full_name: str,
@@ -117,9 +129,9 @@ def _load(
         bench.set_cache(_setup_cache(bench, cache_dir))
     if bench.do_setup():
         raise ValueError(f"{full_name} skipped itself in setup")
-    # CPU time of this process, not wall time: on a runner shared with other jobs a sample's
-    # wall time is mostly how long the scheduler kept it waiting (harness/perf/ab.py).
-    bench.timer = time.process_time
+    # CPU time (with the children's), not wall time: on a runner shared with other jobs a
+    # sample's wall time is mostly how long the scheduler kept it waiting (harness/perf/ab.py).
+    bench.timer = _cpu_time
     timer = bench._get_timer(*bench._build_params())
     sample_time = float(getattr(bench, "sample_time", 0.01) or 0.01)
     # The driver passes the first block's number to later blocks: the same work per sample in

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -430,6 +431,38 @@ def test_a_module_that_sets_the_environment_for_its_imports_is_measured_under_it
     for name in names:
         assert ab[name].error is None, f"{name}: {ab[name].error}"
         assert len(ab[name].base) == len(ab[name].head) == 10  # 2 blocks: a forked one too
+
+
+# The tiny loop's work done in a child process (as PluginOverhead runs pytest, CpuLaunch a gloo
+# group): 50 times N iterations there, so that the child's work outweighs its Python start-up.
+CHILD_BENCH = """
+
+class InChild:
+    def time_work_in_a_child(self):
+        import os
+        import subprocess
+        import sys
+
+        here = os.path.dirname(tinylib.__file__)
+        code = f"import sys; sys.path.insert(0, {here!r}); import tinylib; tinylib.work(50 * tinylib.N)"
+        subprocess.run([sys.executable, "-S", "-c", code], check=True)
+"""
+
+
+def test_work_done_in_child_processes_is_in_the_a_b_samples(tmp_path):
+    """A/B samples are CPU time; a benchmark whose work runs in a child process must be timed
+    with the child's CPU time, or a 10x slower child reads as unchanged (the parent only waits
+    for it). The child's work: 50 N iterations, ~50 ms on the base, ~500 ms on the head, next
+    to a Python start-up of ~20 ms CPU; the bound 3 leaves room for start-ups 3x slower than
+    that, and without the children's time the ratio is ~1 (fork, exec and wait alike)."""
+    repo, base = make_repo(tmp_path, bench=bench_source(extra=CHILD_BENCH))
+    git(repo, "checkout", "-q", "-b", "feature")
+    commit(repo, "ten times the work", n=10 * BASE_N)
+    name = "bench_tiny.InChild.time_work_in_a_child"
+    ab = perf.measure_ab(repo, base, [name], factor=1.2, pairs=10, max_pairs=10)
+    assert ab[name].error is None, ab[name].error
+    ratio = statistics.median(ab[name].head) / statistics.median(ab[name].base)
+    assert ratio > 3, f"head/base {ratio:.2f}: the child's CPU time is not in the samples"
 
 
 # The tiny loop, writing down the parent of each process that sets it up (a zygote, ab.py).
