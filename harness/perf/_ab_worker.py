@@ -101,14 +101,57 @@ def _setup_cache(bench: Any, cache_dir: Any) -> Any:
     return value
 
 
+# Whether this worker's benchmark keeps processes running between samples (a forkserver that
+# forks its gloo processes, a server): set once one is seen, after setup and while calibrating.
+_descendants_seen = False
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _descendants_cpu() -> "float | None":
+    """CPU seconds of this process's live descendants, each with its children that ended and
+    were waited for (fields 14-17 of /proc/PID/stat, in clock ticks); None without any (or
+    without /proc). A process forked by a forkserver is the forkserver's child, not this
+    one's: its time reaches RUSAGE_CHILDREN only when the forkserver ends, so it is read here
+    as the forkserver's children's time once the forkserver has reaped it."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for name in pids:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        pid = int(name)
+        parent[pid] = int(fields[1])
+        ticks[pid] = sum(int(x) for x in fields[11:15])
+    mine: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - mine
+        mine |= frontier
+    return sum(ticks[pid] for pid in mine) / _TICKS if mine else None
+
+
+def _watch_descendants() -> None:
+    global _descendants_seen
+    _descendants_seen = _descendants_seen or _descendants_cpu() is not None
+
+
 def _cpu_time() -> float:
-    """CPU seconds of this process (all its threads) and of its children that have ended and
-    been waited for. A benchmark that runs its work in child processes (pytest in a subprocess,
-    a group of gloo processes) costs what they use: ``time.process_time`` alone would time only
-    this process waiting for them, and a slower child would read unchanged. A child's time
-    counts once it is reaped, so within the sample that waits for it."""
+    """CPU seconds of this process (all its threads), of its children that have ended and been
+    waited for, and, once the benchmark has left processes running (``_watch_descendants``),
+    of its live descendants. A benchmark that runs its work in other processes (pytest in a
+    subprocess, a group of gloo processes) costs what they use: ``time.process_time`` alone
+    would time only this process waiting for them, and a slower child would read unchanged."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    cpu = time.process_time() + children.ru_utime + children.ru_stime
+    if _descendants_seen:
+        cpu += _descendants_cpu() or 0.0
+    return cpu
 
 
 def _load(
@@ -120,6 +163,8 @@ def _load(
 ) -> tuple[Any, Any, int]:
     """The benchmark set up, its timer and calls per sample. imported: called once the
     benchmark's module is imported, before its setup_cache and setup run."""
+    global _descendants_seen
+    _descendants_seen = False
     bench = _find(root, full_name)
     if imported is not None:
         imported()
@@ -129,6 +174,7 @@ def _load(
         bench.set_cache(_setup_cache(bench, cache_dir))
     if bench.do_setup():
         raise ValueError(f"{full_name} skipped itself in setup")
+    _watch_descendants()
     # CPU time (with the children's), not wall time: on a runner shared with other jobs a
     # sample's wall time is mostly how long the scheduler kept it waiting (harness/perf/ab.py).
     bench.timer = _cpu_time
@@ -140,10 +186,16 @@ def _load(
     if number <= 0:
         number = 1
         while number < 10**7:
-            if timer.timeit(number) >= sample_time:
+            took = timer.timeit(number)
+            if not _descendants_seen:
+                _watch_descendants()
+                if _descendants_seen:  # timed without them: again, with them
+                    continue
+            if took >= sample_time:
                 break
             number *= 2
     _warm_up(bench, timer, number)
+    _watch_descendants()
     return bench, timer, number
 
 

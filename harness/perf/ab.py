@@ -8,11 +8,11 @@ them reads as a change. Here two long-lived worker processes, one with the base 
 does) and one with the working tree, each set up the same benchmark with asv's own discovery
 and then take one sample at a time on request: base, head, head, base, base, head ... (the order
 alternates so that neither side is always first), timed in the worker's CPU time
-(``time.process_time`` plus its children that ended within the sample: a benchmark that runs
-pytest or a process group in children costs what they use): under load a sample's wall time is mostly how long the scheduler
-kept it waiting, and that depends on the sample's length (one shorter than a time slice often
-runs undisturbed), so even pairs milliseconds apart read a 2x slowdown as 1x or 12x in wall
-time at load average 15; in CPU time they read 2.0 (docs/perf.md).
+(``time.process_time`` plus its child processes': a benchmark that runs pytest or a process
+group costs what they use; ``_ab_worker._cpu_time``): under load a sample's wall time is mostly
+how long the scheduler kept it waiting, and that depends on the sample's length (one shorter
+than a time slice often runs undisturbed), so even pairs milliseconds apart read a 2x slowdown
+as 1x or 12x in wall time at load average 15; in CPU time they read 2.0 (docs/perf.md).
 
 Every block of AB_BLOCK consecutive pairs is measured by a fresh pair of workers, both pinned to
 the same CPU (the CPUs taken in turn, block by block): two long-lived processes running
