@@ -85,16 +85,22 @@ def _list(root: str) -> list[str]:
 def _setup_cache(bench: Any, cache_dir: Any) -> Any:
     """The value of the benchmark's setup_cache: computed once per side and kept (pickled, as
     asv keeps it) in cache_dir for the later blocks' workers, keyed as asv keys it (benchmarks
-    that share a setup_cache share its value); without cache_dir, computed here."""
+    that share a setup_cache share its value); without cache_dir, computed here.
+
+    As asv does, the setup_cache runs in a folder of its own, and the benchmarks that use its
+    value run there too: what it writes into its working directory (a database, a checkpoint)
+    is theirs, is not the other side's, and goes when the measurement's folder goes."""
     if not cache_dir:
         return bench.do_setup_cache()
     key = hashlib.sha256(str(bench.setup_cache_key).encode()).hexdigest()[:24]
-    path = os.path.join(cache_dir, f"{key}.pickle")
+    here = os.path.join(cache_dir, key)
+    os.makedirs(here, exist_ok=True)
+    os.chdir(here)
+    path = os.path.join(here, "value.pickle")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
     value = bench.do_setup_cache()
-    os.makedirs(cache_dir, exist_ok=True)
     with open(f"{path}.{os.getpid()}", "wb") as f:
         pickle.dump(value, f)
     os.replace(f"{path}.{os.getpid()}", path)

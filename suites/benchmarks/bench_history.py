@@ -120,7 +120,7 @@ class HistoryAppend:
     repeat = (7, 10, 120.0)
 
     def setup_cache(self):
-        db = Path(tempfile.mkdtemp(prefix="bench-history-append-")) / "history.db"
+        db = Path("history.db").resolve()  # asv's folder for this setup_cache, removed after
         build(db, 100, TESTS)
         return str(db)
 
@@ -146,7 +146,7 @@ class HistoryQuery:
     timeout = 900
 
     def setup_cache(self):
-        db = Path(tempfile.mkdtemp(prefix="bench-history-query-")) / "history.db"
+        db = Path("history.db").resolve()  # asv's folder for this setup_cache, removed after
         build(db, RUNS, TESTS)
         return str(db)
 

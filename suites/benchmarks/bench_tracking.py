@@ -71,7 +71,7 @@ class Search:
     timeout = 600
 
     def setup_cache(self):
-        path = Path(tempfile.mkdtemp(prefix="bench-tracking-search-")) / "search.db"
+        path = Path("search.db").resolve()  # asv's folder for this setup_cache, removed after
         tracker = Tracker(path, path.parent / "art")
         bulk_runs(tracker.backend.meta, "bench", SEARCH_RUNS)
         tracker.close()

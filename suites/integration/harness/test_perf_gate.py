@@ -533,7 +533,8 @@ def test_a_10x_regression_is_measured_again_by_new_processes_and_read_twice(tmp_
     assert len(set(parents.read_text().split())) == 2 * len(readings)
 
 
-# A setup_cache that writes down the process that computed it, and a benchmark that uses it.
+# A setup_cache that writes down the process that computed it, and a benchmark that uses it and
+# the file the setup_cache wrote into its working directory (asv gives it a folder of its own).
 CACHED_BENCH = """
 
 class Cached:
@@ -542,7 +543,14 @@ class Cached:
 
         with open(os.environ["TINY_CACHES"], "a") as f:
             f.write(f"{os.getpid()}\\n")
-        return [7] * 1000
+        with open("written-by-setup-cache.txt", "w") as f:
+            f.write(str(os.getpid()))
+        return [os.getpid()] * 1000
+
+    def setup(self, cached):
+        with open("written-by-setup-cache.txt") as f:
+            if int(f.read()) != cached[0]:
+                raise RuntimeError("the file is another setup_cache's")
 
     def time_sum(self, cached):
         sum(cached)
@@ -553,7 +561,9 @@ def test_setup_cache_is_computed_once_per_side_and_its_value_reused_by_later_blo
     tmp_path, monkeypatch
 ):
     """asv computes a setup_cache once per run; the A/B pairs do so once per side (base and
-    head run different code), not once per block: 3 blocks, 2 computations."""
+    head run different code), not once per block: 3 blocks, 2 computations. Each side's runs
+    in a folder of its own, where that side's benchmarks run too: a file it writes into its
+    working directory is that side's (a shared folder gives one side the other's file)."""
     repo, base = make_repo(tmp_path, bench=bench_source(extra=CACHED_BENCH))
     caches = tmp_path / "caches.txt"
     monkeypatch.setenv("TINY_CACHES", str(caches))
