@@ -400,7 +400,8 @@ def _check_head_is_checkout(root: Path, head: str) -> None:
     default=lib.MAX_SECONDS_PER_BENCHMARK,
     show_default=True,
     metavar="SECONDS",
-    help="At most this many seconds of A/B pairs per benchmark; still undecided then: exit 2.",
+    help="At most this many seconds of A/B pairs per benchmark (one that sets harness_ab_budget "
+    "takes its own); still undecided then: exit 2.",
 )
 @click.option(
     "--group",
@@ -518,7 +519,8 @@ def ci(
     default=lib.MAX_SECONDS_PER_BENCHMARK,
     show_default=True,
     metavar="SECONDS",
-    help="At most this many seconds of A/B pairs per benchmark and trial.",
+    help="At most this many seconds of A/B pairs per benchmark and trial (one that sets "
+    "harness_ab_budget takes its own).",
 )
 @click.option(
     "--shard",

@@ -14,6 +14,7 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   next children; and ``"environ"``/``"unset"``: the variables the benchmark's module set or
   removed when it was imported, which the zygote applies before it imports them), or
   ``{"ok": false, "error": "..."}`` (not a timing benchmark, skipped by its setup, raised).
+  ``"budget"``: the benchmark's ``harness_ab_budget`` (seconds of pairs), or null.
 - ``{"op": "sample"}`` times one sample in CPU time (``_cpu_time``: this process's and that of
   its children that ended within the sample, e.g. a pytest or process group it ran); replies
   ``{"ok": true, "seconds": per-call time}``. With ``"extra": f`` the sample also spins for
@@ -160,6 +161,19 @@ def _cpu_time() -> float:
     return cpu
 
 
+def _own_budget(bench: Any) -> "float | None":
+    """``harness_ab_budget`` on the benchmark function or its class (asv's attribute sources):
+    the seconds of A/B pairs this benchmark may take, for one whose samples cost seconds."""
+    for source in getattr(bench, "_attr_sources", []) or []:
+        if hasattr(source, "harness_ab_budget"):
+            value = source.harness_ab_budget
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok or not 0 < value < float("inf"):
+                raise ValueError(f"harness_ab_budget must be seconds > 0, got {value!r}")
+            return float(value)
+    return None
+
+
 def _load(
     root: str,
     full_name: str,
@@ -280,6 +294,7 @@ def serve(root: str, requests: Any, replies: Any) -> None:
                 after = set(sys.modules)
                 modules = _third_party(after - before)
                 reply = {"ok": True, "number": number, "modules": modules, **changes}
+                reply["budget"] = _own_budget(bench)
             elif request["op"] == "sample":
                 extra = float(request.get("extra", 0.0))
                 if extra > 0 and not reference:  # measured once, before the first timed sample

@@ -525,6 +525,7 @@ def _measure_one(
     result = ABResult(name, [], [])
     workers: dict[str, _Worker] = {}
     numbers: dict[str, int] = {}
+    own_budget: dict[str, float] = {}  # the head's harness_ab_budget: the branch's declaration
 
     def close() -> None:
         for worker in workers.values():
@@ -563,6 +564,8 @@ def _measure_one(
                 raise SamplerError(f"{side}: {reply.get('error')}")
             if side not in numbers:
                 numbers[side] = int(reply["number"])
+                if side == "head" and reply.get("budget") is not None:
+                    own_budget["head"] = float(reply["budget"])
                 if loaded is not None:
                     loaded(side, reply)
 
@@ -593,7 +596,9 @@ def _measure_one(
         return got["base"], got["head"]
 
     try:
-        sampled = sample_until_decided(sample_pair, factor, plan)
+        sampled = sample_until_decided(
+            sample_pair, factor, plan, budget_s=lambda: own_budget.get("head")
+        )
     finally:
         close_prepared()
         close()

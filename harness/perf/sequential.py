@@ -113,6 +113,7 @@ def sample_until_decided(
     *,
     clock: Callable[[], float] = time.monotonic,
     unit: str = CPU_UNIT,
+    budget_s: Callable[[], float | None] | None = None,
 ) -> Sampled:
     """Take pairs until a look decides (decision.compare on ab_strata), the plan's pairs run
     out, or its budget does (then the pairs taken so far are judged).
@@ -121,7 +122,8 @@ def sample_until_decided(
     (the workers' imports, its setup_cache: a history database built for a query benchmark),
     which is no measure of what more pairs cost. Counted, a setup_cache of a minute left one
     pair of bench_history.HistoryQuery and "too few samples" (exit 2) on unchanged code
-    (2026-12-03)."""
+    (2026-12-03). budget_s: asked then, a benchmark's own budget (None: the plan's), known
+    once the first pair's workers have loaded it."""
     deadline = math.inf
     base: list[float] = []
     head: list[float] = []
@@ -138,7 +140,8 @@ def sample_until_decided(
             base.append(b)
             head.append(h)
             if len(base) == 1:
-                deadline = clock() + plan.budget_s
+                own = budget_s() if budget_s is not None else None
+                deadline = clock() + (plan.budget_s if own is None else own)
         looks += 1
         comparison = judge_pairs(base, head, factor, unit=unit)
         if comparison.verdict is not Verdict.UNDECIDED:

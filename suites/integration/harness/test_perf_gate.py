@@ -485,6 +485,37 @@ def test_work_done_in_other_processes_is_in_the_a_b_samples(tmp_path):
         assert ratio > 3, f"{name}: head/base {ratio:.2f}: the children's CPU time is missing"
 
 
+# The tiny loop with a budget of its own, and with one that is not a number of seconds.
+BUDGET_BENCH = """
+
+class OwnBudget:
+    harness_ab_budget = 0.001
+
+    def time_work(self):
+        tinylib.work(tinylib.N)
+
+
+class BadBudget:
+    harness_ab_budget = "soon"
+
+    def time_work(self):
+        tinylib.work(tinylib.N)
+"""
+
+
+def test_a_benchmark_that_sets_its_own_a_b_budget_is_sampled_for_that_long(tmp_path):
+    """harness_ab_budget replaces --ab-budget for its benchmark: 1 ms of pairs after the first
+    stops at the first pair whose clock is past it (2 pairs here, never the 60 of the plan,
+    which 600 s would buy); a value that is not seconds is an error naming it."""
+    repo, base = make_repo(tmp_path, bench=bench_source(extra=BUDGET_BENCH))
+    names = ["bench_tiny.OwnBudget.time_work", "bench_tiny.BadBudget.time_work"]
+    ab = perf.measure_ab(repo, base, names, factor=1.2, pairs=60, max_seconds=600)
+    own = ab["bench_tiny.OwnBudget.time_work"]
+    assert own.error is None and own.stopped == "budget" and len(own.base) <= 2
+    bad = ab["bench_tiny.BadBudget.time_work"]
+    assert bad.error and "harness_ab_budget" in bad.error and "'soon'" in bad.error
+
+
 # The tiny loop, writing down the parent of each process that sets it up (a zygote, ab.py).
 PARENTS_BENCH = """
 

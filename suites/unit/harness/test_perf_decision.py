@@ -252,6 +252,34 @@ def test_a_first_pair_that_pays_a_long_setup_does_not_use_up_the_budget():
     assert got.comparison and got.comparison.verdict is Verdict.UNCHANGED
 
 
+@pytest.mark.parametrize(
+    "own, pairs, stopped", [(None, 42, "budget"), (400.0, 60, "decided"), (20.0, 8, "budget")]
+)
+def test_a_benchmark_of_its_own_budget_is_sampled_for_that_long(own, pairs, stopped):
+    """harness_ab_budget: a benchmark whose pairs take seconds asks for more time than the
+    plan's (or less); asked for once the first pair's workers have loaded it. At 3 s per
+    pair, the budget starts at 3 s: the plan's 120 s then buys pairs until 123 s (42: too few
+    to decide, 8 blocks), 400 s the first look's 60, and 20 s pairs until 23 s (8)."""
+    clock = FakeClock(step=3.0)
+    plan = SamplingPlan(first=60, max_pairs=600, budget_s=120)
+    asked: list[int] = []
+
+    def budget() -> float | None:
+        asked.append(len(got_so_far))
+        return own
+
+    got_so_far: list[int] = []
+    take = sampler(random.Random(6), 1.0, 0.01, clock)
+
+    def sample(i: int) -> tuple[float, float]:
+        got_so_far.append(i)
+        return take(i)
+
+    got = sample_until_decided(sample, 1.2, plan, clock=clock, budget_s=budget)
+    assert asked == [1]  # once, after the first pair
+    assert (len(got.base), got.stopped) == (pairs, stopped)
+
+
 def test_a_sampler_error_stops_sampling_and_is_reported():
     def failing(i: int) -> tuple[float, float]:
         if i == 7:
