@@ -135,7 +135,13 @@ class ArtifactPutS3:
     (sha256 of the whole and of every part), HEAD, and the upload of 16 MiB parts, 4 at a
     time, each with its sha256; next to boto3's ``upload_file`` of the same file with the same
     TransferConfig (docs/benchmarks/tracking.md gives the ratio, measured alternating in one
-    run). Each put goes under a new prefix, so none is found already stored."""
+    run). Each put goes under a new prefix, so none is found already stored.
+
+    ``time_info_``: shown, never gated (suites/benchmarks/README.md, item 6): one A/B pair took
+    15-20 s (a SeaweedFS server started per worker, two 64 MB puts), so the gate's 120 s gave
+    it 6-8 pairs where a verdict needs 50 (2026-12-03, docs/perf.md). So a slower S3 put is
+    seen on the dashboard, not by the pull-request gate (``ArtifactPut`` gates the local
+    store's put)."""
 
     harness_counts = False  # talks to a server: not an instruction count (README.md, 9)
 
@@ -162,10 +168,10 @@ class ArtifactPutS3:
         self.server.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def time_put_64mb(self):
+    def time_info_put_64mb(self):
         self.n += 1
         S3ArtifactStore("bench", prefix=f"p{self.n}", client=self.client).put_file(self.src)
 
-    def time_plain_upload_64mb(self):
+    def time_info_plain_upload_64mb(self):
         self.n += 1
         self.client.upload_file(str(self.src), "bench", f"plain{self.n}", Config=self.transfer)

@@ -224,6 +224,48 @@ def test_a_gate_with_too_few_samples_to_see_a_regression_says_so_and_exits_2(tmp
     assert code == 2 and "too few samples" in output
 
 
+INFO_BENCH = """
+
+class Info:
+    def time_info_work(self):
+        tinylib.work(tinylib.N)
+"""
+
+
+def test_a_time_info_benchmark_is_shown_but_never_gated_nor_measured_in_pairs(
+    tmp_path, monkeypatch
+):
+    """time_info_*: timed by asv and shown with its ratio, never A/B-measured and never
+    deciding the exit (an I/O-bound or seconds-per-sample time no shared runner can settle).
+    The branch makes its work 10x; the gated Loop does a fixed 1,000 iterations on both sides,
+    its A/B pairs synthetic (unchanged), so the exit is the rule's, not the machine's."""
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    monkeypatch.delenv("HARNESS_PERF_BASE_REF", raising=False)
+    repo, base = make_repo(tmp_path, bench=bench_source("1000", repeat=REPEAT, extra=INFO_BENCH))
+    git(repo, "checkout", "-q", "-b", "feature")
+    commit(repo, "ten times the work", n=10 * BASE_N)
+    asked: list[str] = []
+
+    def fake_ab(root, base_sha, names, *, factor, pairs, max_seconds, echo, **_):
+        asked.extend(names)
+        rng = random.Random(8)
+        same = [1e-3 * rng.uniform(0.98, 1.02) for _ in range(pairs)]
+        return {name: perf.ABResult(name, same, list(same)) for name in names}
+
+    monkeypatch.setattr(step_module, "measure_ab", fake_ab)
+    result = perf.ci_step(
+        repo,
+        tmp_path / "reports",
+        perf.PerfStepConfig(machine=MACHINE, measure_base="always", require_baseline=True),
+        echo=None,
+    )
+    assert asked == ["bench_tiny.Loop.time_work"]
+    assert result.exit_code == 0, result.markdown
+    rows = {r["name"]: r for r in json.loads((tmp_path / "reports" / "perf-gate.json").read_text())["rows"]}
+    info = rows["bench_tiny.Info.time_info_work"]
+    assert info["status"] == "informational" and info["ratio"] > 1, info
+
+
 def test_ci_step_on_a_branch_measures_its_merge_base_and_its_ab_pairs_decide(tmp_path, monkeypatch):
     # asv measures base and head for real; the A/B pairs are synthetic (a seeded 2x with
     # jitter, handed to the step in place of the workers' samples), so the verdict is the
