@@ -261,7 +261,8 @@ def test_a_time_info_benchmark_is_shown_but_never_gated_nor_measured_in_pairs(
     )
     assert asked == ["bench_tiny.Loop.time_work"]
     assert result.exit_code == 0, result.markdown
-    rows = {r["name"]: r for r in json.loads((tmp_path / "reports" / "perf-gate.json").read_text())["rows"]}
+    gate_json = json.loads((tmp_path / "reports" / "perf-gate.json").read_text())
+    rows = {r["name"]: r for r in gate_json["rows"]}
     info = rows["bench_tiny.Info.time_info_work"]
     assert info["status"] == "informational" and info["ratio"] > 1, info
 
