@@ -563,8 +563,10 @@ def calibrate(
                 "kernel's CPU time is its launch (docs/perf.md)"
             )
         pattern = lib.bench_regex(group, bench)
-        names = [
-            n for n in lib.list_timing_benchmarks(root) if not pattern or re.search(pattern, n)
+        names = [  # never a time_info_* benchmark: the gate shows it and never gates it
+            n
+            for n in lib.list_timing_benchmarks(root)
+            if (not pattern or re.search(pattern, n)) and not lib.INFORMATIONAL.search(n)
         ]
         if not names:
             raise lib.PerfError(f"no timing benchmark matched {bench!r} in group {group}")

@@ -738,6 +738,16 @@ def test_a_run_in_another_environment_names_the_stored_baseline_and_keeps_it(
     assert perf.stored_baseline(repo, machine=MACHINE, env=env) is not None
 
 
+def test_calibrate_leaves_time_info_benchmarks_out(tmp_path, monkeypatch):
+    """A time_info_* benchmark is never gated, so there is no factor to calibrate for it (and
+    those are the ones whose pairs cost seconds): with nothing else, calibrate says so."""
+    repo, _ = make_repo(tmp_path, bench="from . import tinylib\n" + INFO_BENCH)
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(perf_cli, ["calibrate", "--machine", MACHINE, "--trials", "1"])
+    assert result.exit_code == 2, result.output
+    assert "no timing benchmark matched" in result.output
+
+
 def test_calibrate_runs_for_real_and_records_what_it_measured(project, monkeypatch):
     # Wiring only (the worker's list and extra-work requests, the progress bar, the record):
     # one trial at a budget far too small to decide, so no verdict is asserted.
