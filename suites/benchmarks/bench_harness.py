@@ -97,6 +97,10 @@ class PluginOverhead(_TrivialTests):
     """Wall time of pytest on 1,000 trivial tests, with and without the harness plugin."""
 
     harness_counts = False  # runs pytest in a subprocess: not an instruction count (README.md, 9)
+    # A/B pairs count the pytest process's CPU time (~2 s a run): 4-5.5 s per pair with two
+    # busy loops, 22-32 pairs in the default 120 s, too few to decide (2026-12-03); 60 pairs
+    # need ~330 s (README.md, 10).
+    harness_ab_budget = 480
 
     params = ["harness", "no:harness"]
     param_names = ["plugin"]
