@@ -224,6 +224,16 @@ def test_a_gate_with_too_few_samples_to_see_a_regression_says_so_and_exits_2(tmp
     assert code == 2 and "too few samples" in output
 
 
+def pull_request_step(repo: Path, reports: Path, monkeypatch, fake_ab) -> perf.PerfStepResult:
+    """The step in pull-request mode (the merge-base measured here, a baseline required), with
+    fake_ab in place of the workers' A/B pairs and no CI variable naming another base."""
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    monkeypatch.delenv("HARNESS_PERF_BASE_REF", raising=False)
+    monkeypatch.setattr(step_module, "measure_ab", fake_ab)
+    config = perf.PerfStepConfig(machine=MACHINE, measure_base="always", require_baseline=True)
+    return perf.ci_step(repo, reports, config, echo=None)
+
+
 INFO_BENCH = """
 
 class Info:
@@ -239,8 +249,6 @@ def test_a_time_info_benchmark_is_shown_but_never_gated_nor_measured_in_pairs(
     deciding the exit (an I/O-bound or seconds-per-sample time no shared runner can settle).
     The branch makes its work 10x; the gated Loop does a fixed 1,000 iterations on both sides,
     its A/B pairs synthetic (unchanged), so the exit is the rule's, not the machine's."""
-    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
-    monkeypatch.delenv("HARNESS_PERF_BASE_REF", raising=False)
     repo, base = make_repo(tmp_path, bench=bench_source("1000", repeat=REPEAT, extra=INFO_BENCH))
     git(repo, "checkout", "-q", "-b", "feature")
     commit(repo, "ten times the work", n=10 * BASE_N)
@@ -252,13 +260,7 @@ def test_a_time_info_benchmark_is_shown_but_never_gated_nor_measured_in_pairs(
         same = [1e-3 * rng.uniform(0.98, 1.02) for _ in range(pairs)]
         return {name: perf.ABResult(name, same, list(same)) for name in names}
 
-    monkeypatch.setattr(step_module, "measure_ab", fake_ab)
-    result = perf.ci_step(
-        repo,
-        tmp_path / "reports",
-        perf.PerfStepConfig(machine=MACHINE, measure_base="always", require_baseline=True),
-        echo=None,
-    )
+    result = pull_request_step(repo, tmp_path / "reports", monkeypatch, fake_ab)
     assert asked == ["bench_tiny.Loop.time_work"]
     assert result.exit_code == 0, result.markdown
     gate_json = json.loads((tmp_path / "reports" / "perf-gate.json").read_text())
@@ -271,8 +273,6 @@ def test_ci_step_on_a_branch_measures_its_merge_base_and_its_ab_pairs_decide(tmp
     # asv measures base and head for real; the A/B pairs are synthetic (a seeded 2x with
     # jitter, handed to the step in place of the workers' samples), so the verdict is the
     # statistics', not the machine's load.
-    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
-    monkeypatch.delenv("HARNESS_PERF_BASE_REF", raising=False)
     repo, base = make_tiny_repo(tmp_path)
     git(repo, "checkout", "-q", "-b", "feature")
     commit(repo, "twice the work", n=40_000)
@@ -290,13 +290,7 @@ def test_ci_step_on_a_branch_measures_its_merge_base_and_its_ab_pairs_decide(tmp
             for name in names
         }
 
-    monkeypatch.setattr(step_module, "measure_ab", fake_ab)
-    result = perf.ci_step(
-        repo,
-        tmp_path / "reports",
-        perf.PerfStepConfig(machine=MACHINE, measure_base="always", require_baseline=True),
-        echo=None,
-    )
+    result = pull_request_step(repo, tmp_path / "reports", monkeypatch, fake_ab)
     assert asked == [(base, ["bench_tiny.Loop.time_work"], perf.DEFAULT_FACTOR, 60)]
     assert result.exit_code == 1, result.markdown
     assert result.skipped_reason is None
