@@ -41,8 +41,10 @@ class Simulation:
     # Pure CPU, but one side ran past 300 s under Valgrind (docs/perf.md, "Instruction counts").
     harness_counts = False
     # 64 workers: ~1.6 s per sample, 3.3 s per A/B pair with two busy loops (36 pairs in the
-    # default 120 s: too few to decide, 2026-12-03); 60 pairs need ~200 s (README.md, 10).
-    harness_ab_budget = 360
+    # default 120 s: too few to decide, 2026-12-03). 360 s bought 131 pairs and still read
+    # undecided, 1.03 [0.86, 1.23] (256 MB of arrays: the blocks vary with what else uses the
+    # memory bus); 720 s is an estimate of what it needs, not yet measured (docs/perf.md).
+    harness_ab_budget = 720
 
     params = ([8, 64], [1 << 20])
     param_names = ["workers", "length"]
