@@ -161,17 +161,25 @@ def _cpu_time() -> float:
     return cpu
 
 
-def _own_budget(bench: Any) -> "float | None":
-    """``harness_ab_budget`` on the benchmark function or its class (asv's attribute sources):
-    the seconds of A/B pairs this benchmark may take, for one whose samples cost seconds."""
+def _declared(bench: Any, name: str) -> Any:
+    """The benchmark's own attribute ``name`` (``harness_counts``, ``harness_ab_budget``), as
+    asv finds its attributes: on the benchmark function first, then its class; None without."""
     for source in getattr(bench, "_attr_sources", []) or []:
-        if hasattr(source, "harness_ab_budget"):
-            value = source.harness_ab_budget
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not ok or not 0 < value < float("inf"):
-                raise ValueError(f"harness_ab_budget must be seconds > 0, got {value!r}")
-            return float(value)
+        if hasattr(source, name):
+            return getattr(source, name)
     return None
+
+
+def _own_budget(bench: Any) -> "float | None":
+    """``harness_ab_budget``: the seconds of A/B pairs this benchmark may take, for one whose
+    samples cost seconds."""
+    value = _declared(bench, "harness_ab_budget")
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not 0 < value < float("inf"):
+        raise ValueError(f"harness_ab_budget must be seconds > 0, got {value!r}")
+    return float(value)
 
 
 def _load(

@@ -48,15 +48,6 @@ def _threads() -> int:
     return threading.active_count()
 
 
-def _opt_out(bench: Any) -> Any:
-    """``harness_counts`` on the benchmark function or its class (asv's attribute sources):
-    False opts out, a number is the benchmark's own count threshold (a fraction)."""
-    for source in getattr(bench, "_attr_sources", []) or []:
-        if hasattr(source, "harness_counts"):
-            return source.harness_counts
-    return None
-
-
 def _count(shim_path: str, root: str, name: str, repeats: int) -> dict[str, Any]:
     import ab_worker  # type: ignore[import-not-found]  # the copy beside this script
 
@@ -65,7 +56,8 @@ def _count(shim_path: str, root: str, name: str, repeats: int) -> dict[str, Any]
     if not shim.harness_running_on_valgrind():
         raise RuntimeError("not running under valgrind: nothing would be counted")
     bench = ab_worker._find(root, name)
-    setting = _opt_out(bench)
+    # harness_counts: False opts out, a number is the benchmark's own count threshold.
+    setting = ab_worker._declared(bench, "harness_counts")
     if setting is False:
         return {"ok": True, "opt_out": "harness_counts = False", "setting": None}
     bench, timer, number = ab_worker._load(root, name)

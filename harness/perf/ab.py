@@ -525,7 +525,7 @@ def _measure_one(
     result = ABResult(name, [], [])
     workers: dict[str, _Worker] = {}
     numbers: dict[str, int] = {}
-    own_budget: dict[str, float] = {}  # the head's harness_ab_budget: the branch's declaration
+    own_budget: float | None = None  # the head's harness_ab_budget: the branch's declaration
 
     def close() -> None:
         for worker in workers.values():
@@ -556,6 +556,7 @@ def _measure_one(
         return pair
 
     def finish_load(pair: dict[str, _Worker], warm: bool) -> None:
+        nonlocal own_budget
         for side, worker in pair.items():
             reply = worker.receive()
             if reply.get("ok") and warm:  # it loaded while the block before sampled: warm again
@@ -565,7 +566,7 @@ def _measure_one(
             if side not in numbers:
                 numbers[side] = int(reply["number"])
                 if side == "head" and reply.get("budget") is not None:
-                    own_budget["head"] = float(reply["budget"])
+                    own_budget = float(reply["budget"])
                 if loaded is not None:
                     loaded(side, reply)
 
@@ -596,9 +597,7 @@ def _measure_one(
         return got["base"], got["head"]
 
     try:
-        sampled = sample_until_decided(
-            sample_pair, factor, plan, budget_s=lambda: own_budget.get("head")
-        )
+        sampled = sample_until_decided(sample_pair, factor, plan, budget_s=lambda: own_budget)
     finally:
         close_prepared()
         close()
