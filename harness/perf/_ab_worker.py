@@ -21,7 +21,8 @@ may hold an older ``harness``. It speaks JSON lines on stdin/stdout:
   f times one sample's CPU time (the median of 3, taken before the first such sample: an
   injected slowdown of f, for ``harness perf calibrate``), counted in the sample.
 - ``{"op": "warmup"}`` warms up again (a worker loaded ahead of its block, ab.py's prefetch).
-- ``{"op": "teardown"}`` runs the benchmark's teardown.
+- ``{"op": "teardown"}`` runs the benchmark's teardown (as does the end of the requests,
+  when a benchmark is still set up).
 - ``{"op": "list"}`` replies ``{"ok": true, "names": [...]}``: every timing benchmark, one name
   per parameter combination, as the gate's rows name them (``harness perf calibrate``).
 
@@ -328,6 +329,14 @@ def serve(root: str, requests: Any, replies: Any) -> None:
             reply = {"ok": False, "error": detail}
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+    # Requests ended with the benchmark still set up: a pair loaded ahead of a block that was
+    # never sampled (ab.py's prefetch; sampling had decided), or a driver that stopped. asv runs
+    # teardown after every setup: without it each A/B left one setup's temporary folders behind.
+    if bench is not None:
+        try:
+            bench.do_teardown()
+        except BaseException:  # the replies have ended: nothing is waiting to be told
+            traceback.print_exc()
 
 
 def main() -> None:

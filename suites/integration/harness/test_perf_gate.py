@@ -14,6 +14,7 @@ saying what it would need), because undecided is an honest answer on an overload
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 import statistics
@@ -641,6 +642,48 @@ def test_setup_cache_is_computed_once_per_side_and_its_value_reused_by_later_blo
     result = ab["bench_tiny.Cached.time_sum"]
     assert result.error is None and len(result.base) == len(result.head) == 15
     assert len(caches.read_text().splitlines()) == 2
+
+
+# The tiny loop, writing down each process that sets it up and each that tears it down.
+SETUP_BENCH = """
+
+class SetUp:
+    def setup(self):
+        import os
+
+        with open(os.environ["TINY_SETUPS"], "a") as f:
+            f.write(f"setup {os.getpid()}\\n")
+
+    def teardown(self):
+        import os
+
+        with open(os.environ["TINY_SETUPS"], "a") as f:
+            f.write(f"teardown {os.getpid()}\\n")
+
+    def time_work(self):
+        tinylib.work(tinylib.N)
+"""
+
+
+def test_every_worker_that_sets_a_benchmark_up_tears_it_down(tmp_path, monkeypatch):
+    """asv runs teardown after every setup (a benchmark's setup makes temporary folders, starts
+    servers). So does every A/B worker, the pair set up ahead for a block that sampling then
+    did not need among them (prefetch, on two CPUs or more, as in CI): it exited without
+    teardown, and every A/B left one setup's folders in /tmp (bench_scaling's, bench_training's;
+    found 2026-12-03). 3 blocks of 5 pairs: at least 6 workers, each tearing down as often as it
+    set up."""
+    repo, base = make_repo(tmp_path, bench=bench_source(extra=SETUP_BENCH))
+    log = tmp_path / "setups.txt"
+    monkeypatch.setenv("TINY_SETUPS", str(log))
+    name = "bench_tiny.SetUp.time_work"
+    ab = perf.measure_ab(repo, base, [name], factor=1.2, pairs=15, max_pairs=15)
+    assert ab[name].error is None and len(ab[name].base) == 15
+    events = [line.split() for line in log.read_text().splitlines()]
+    # asv sets a timing benchmark up again (after a teardown) before each sample but the first.
+    set_up = collections.Counter(pid for verb, pid in events if verb == "setup")
+    torn_down = collections.Counter(pid for verb, pid in events if verb == "teardown")
+    assert len(set_up) >= 6
+    assert torn_down == set_up, f"set up more often than torn down: {set_up - torn_down}"
 
 
 def test_a_worker_start_that_is_not_a_choice_is_refused_by_name(project):
