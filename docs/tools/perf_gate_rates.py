@@ -32,8 +32,10 @@ suites/integration/harness/tiny_asv_project.py, unless named "real"):
 - ``group-aa``: the same over the whole CPU group (every CPU benchmark: asv's passes of base
   and head, then A/B pairs for every timing benchmark; about an hour idle): expect exit 0.
 
-With ``--load N`` (default 2), N busy loops (``python -c 'while True: pass'``) run for the
-whole experiment; they are started by this process and killed by PID when it ends.
+It exits 1 when a run of this invocation exited otherwise than its case should (the nightly
+job ``perf-group-aa`` then fails), 0 otherwise. With ``--load N`` (default 2), N busy loops
+(``python -c 'while True: pass'``) run for the whole experiment; they are started by this
+process and killed by PID when it ends.
 
     .venv/bin/python docs/tools/perf_gate_rates.py --jsonl docs/benchmarks/perf_rates.jsonl \\
         --minutes 120 --load 2
@@ -299,12 +301,14 @@ def main() -> int:
     deadline = time.monotonic() + 60 * args.minutes
     host = f"{platform.node()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {host}, {commit}", flush=True)
+    wrong = 0  # runs of this invocation whose exit was not the case's right one
     try:
         for _ in range(args.cycles):
             for case in cycle:
                 if time.monotonic() > deadline:
-                    return 0
+                    return 1 if wrong else 0
                 row = run_case(case, args.bench)
+                wrong += row["exit"] not in EXPECT[case][0]
                 row |= {
                     "busy_loops": args.load,
                     "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -322,7 +326,7 @@ def main() -> int:
         for p in busy:
             p.kill()
             p.wait()
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ CI_JOBS = {
     "gpu",
     "report",
 }
-NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation", "perf-calibrate"}
+NIGHTLY_JOBS = {"flake-hunt", "property-nightly", "mutation", "perf-calibrate", "perf-group-aa"}
 REUSABLE_JOBS = {
     "harness-tiers.yml": {"tiers-plan", "tiers-shard", "tiers-merge", "tiers-gpu"},
     "harness-perf.yml": {"perf-gate"},
