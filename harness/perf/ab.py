@@ -57,6 +57,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -100,6 +101,7 @@ class ABResult:
     error: str | None = None
     comparison: Comparison | None = None  # the last look's (sequential.py)
     stopped: str = ""  # why sampling stopped: decided, max_pairs, budget, error
+    seconds: float | None = None  # the wall time this measurement took, worker starts included
     # The independent re-measurements (each with its own zygote pair) that a `regressed`
     # reading took, in order (decision.settle): this result's pairs are the first measurement's.
     confirmations: list[ABResult] = dataclasses.field(default_factory=list)
@@ -493,7 +495,7 @@ def measure_ab(
             elif echo and result.comparison is not None:
                 readings = ", ".join(
                     f"{m.comparison.verdict if m.comparison else m.error} after "
-                    f"{len(m.base)} pairs ({m.stopped})"
+                    f"{len(m.base)} pairs ({m.stopped}) in {m.seconds or 0:.0f} s"
                     for m in result.measurements()
                 )
                 echo(f"harness perf: A/B of {name}: {result.settled()}: {readings}")
@@ -523,6 +525,7 @@ def _measure_one(
     samples, pinned to the next CPU, and warm it up again when its block starts; only where
     there are two CPUs or more (on one it would compete with the samples for the CPU)."""
     result = ABResult(name, [], [])
+    started = time.monotonic()
     workers: dict[str, _Worker] = {}
     numbers: dict[str, int] = {}
     own_budget: float | None = None  # the head's harness_ab_budget: the branch's declaration
@@ -603,6 +606,7 @@ def _measure_one(
         close()
     result.base, result.head, result.error = sampled.base, sampled.head, sampled.error
     result.comparison, result.stopped = sampled.comparison, sampled.stopped
+    result.seconds = time.monotonic() - started
     return result
 
 

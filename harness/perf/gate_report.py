@@ -61,6 +61,9 @@ COMPARABLE = frozenset(
 # What fails the gate (exit 1).
 FAILING = frozenset({RowStatus.REGRESSED, RowStatus.FAILED_IN_HEAD})
 
+# The report names this many of the rows whose A/B pairs took longest.
+AB_COST_SHOWN = 5
+
 
 @dataclasses.dataclass
 class Row:
@@ -95,6 +98,9 @@ class Row:
     # For a row whose A/B read `regressed` and was measured again (decision.settle): every
     # measurement's verdict, ratio, interval and pairs, in the order taken.
     readings: list[dict[str, Any]] | None = None
+    # For a row timed in A/B pairs: the wall seconds its A/B measurements took together
+    # (worker starts and setups included): what the row cost the gate.
+    ab_seconds: float | None = None
 
     def __post_init__(self) -> None:
         self.status = RowStatus(self.status)
@@ -199,8 +205,27 @@ class GateReport:
         parts += [f"- {p}" for p in self.problems]
         if self.rows:
             parts.append(self.table())
+        cost = self.ab_cost()
+        if cost:
+            parts.append(cost)
         parts.append(f"**{self.verdict}** (exit {self.exit_code})")
         return "\n\n".join(parts)
+
+    def ab_cost(self) -> str:
+        """What the A/B pairs cost, in all and for the slowest rows ("" when none was timed):
+        where a gate's minutes go, and which benchmarks to give a budget of their own or make
+        ``time_info_`` (docs/perf.md)."""
+        timed = sorted(
+            (r for r in self.rows if r.ab_seconds is not None),
+            key=lambda r: (-(r.ab_seconds or 0.0), r.name),
+        )
+        if not timed:
+            return ""
+        total = sum(r.ab_seconds or 0.0 for r in timed)
+        slowest = ", ".join(f"`{r.name}` {r.ab_seconds:.0f} s" for r in timed[:AB_COST_SHOWN])
+        return (
+            f"A/B pairs: {total / 60:.1f} min for {len(timed)} benchmarks; the longest: {slowest}."
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

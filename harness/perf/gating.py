@@ -287,6 +287,9 @@ def apply_ab(
         result = ab.get(row.name)
         if result is None:
             continue
+        took = [m.seconds for m in result.measurements()]
+        if all(t is not None for t in took):  # set by ab.py, not by every sampler
+            row.ab_seconds = round(sum(t for t in took if t is not None), 1)
         if result.error is not None or not result.base:
             problems.append(
                 f"A/B of `{row.name}` failed ({result.error or 'no samples'}): judged on the "
@@ -337,6 +340,7 @@ def _judge_ab(row: Row, result: ABResult, factor: float, unit: str = CPU_UNIT) -
                 "low": c.low if c is not None else None,
                 "high": c.high if c is not None else None,
                 "pairs": [[b, h] for b, h in zip(m.base, m.head, strict=False)],
+                "seconds": m.seconds,
             }
             for m, c in judged
         ]

@@ -678,6 +678,7 @@ def test_every_worker_that_sets_a_benchmark_up_tears_it_down(tmp_path, monkeypat
     name = "bench_tiny.SetUp.time_work"
     ab = perf.measure_ab(repo, base, [name], factor=1.2, pairs=15, max_pairs=15)
     assert ab[name].error is None and len(ab[name].base) == 15
+    assert ab[name].seconds is not None and ab[name].seconds > 0  # its wall time, kept
     events = [line.split() for line in log.read_text().splitlines()]
     # asv sets a timing benchmark up again (after a teardown) before each sample but the first.
     set_up = collections.Counter(pid for verb, pid in events if verb == "setup")

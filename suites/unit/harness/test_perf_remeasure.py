@@ -192,3 +192,33 @@ def test_a_count_confirmation_read_once_does_not_inherit_the_rows_earlier_readin
     assert (row.low, row.high) == (None, None)
     assert "can never show a difference" in row.would_need
     assert "(3 measurements)" not in row.counts
+
+
+def test_the_report_says_what_each_rows_a_b_cost_and_names_the_slowest():
+    """Every reading's wall time adds to its row's (a regression measured again costs its
+    readings together); the report sums them and names the slowest rows first, so a user sees
+    where the gate's minutes go. A sampler that kept no time (None) leaves its row out."""
+    rows = [
+        Row(f"b.C{i}.time_x", "env", S.UNCHANGED, 1.0, 1.0, "seconds", 7, 7, ratio=1.0, kind="time")
+        for i in range(8)
+    ]
+    results = {}
+    for i, row in enumerate(rows):
+        result = measured(1.0, 100 + i)
+        result.seconds = None if i == 7 else 10.0 * (i + 1)
+        results[row.name] = result
+    twice = with_readings(measured(1.5, 200), measured(1.0, 201), measured(1.0, 202))
+    for n, m in enumerate(twice.measurements()):
+        m.seconds = 100.0 + n  # 100 + 101 + 102
+    results[rows[0].name] = twice
+    out = apply_ab(GateReport(EXIT_OK, "a" * 40, "b" * 40, "m", 1.2, rows, []), results)
+    took = {r.name: r.ab_seconds for r in out.rows}
+    assert took["b.C0.time_x"] == 303.0 and took["b.C3.time_x"] == 40.0
+    assert took["b.C7.time_x"] is None
+    assert [k["seconds"] for k in out.rows[0].readings or []] == [100.0, 101.0, 102.0]
+    total = 303 + sum(10 * (i + 1) for i in range(1, 7))
+    assert (
+        f"A/B pairs: {total / 60:.1f} min for 7 benchmarks; the longest: `b.C0.time_x` 303 s, "
+        "`b.C6.time_x` 70 s, `b.C5.time_x` 60 s, `b.C4.time_x` 50 s, `b.C3.time_x` 40 s."
+    ) in out.markdown()
+    assert json.loads(json.dumps(out.to_json()))["rows"][3]["ab_seconds"] == 40.0
