@@ -7,7 +7,8 @@ Each round runs the pull-request command,
 
     harness perf ci --measure-base always --require-baseline --passes 4 --base-ref main
 
-(``--passes``: 4 as the pull-request workflow runs it) once with the older harness (``--old``:
+(``--passes``: 4 as the pull-request workflow ran it then; ``--new-passes`` for this harness
+when its workflow runs another number) once with the older harness (``--old``:
 a checkout of it, put first on PYTHONPATH) and once with this one, the order alternating
 round by round so that a load change reaches both, on the same repository: the tiny asv
 project of the perf tests with a README-only change (``--case tiny``), or a clone of this
@@ -59,9 +60,19 @@ def main() -> int:
     parser.add_argument(
         "--passes", type=int, default=4, help="asv passes (4: the pull-request workflow's)"
     )
+    parser.add_argument(
+        "--new-passes",
+        type=int,
+        default=None,
+        help="asv passes for this harness when its workflow runs another number [--passes]",
+    )
     parser.add_argument("--bench", default=perf_gate_rates.REAL_BENCH)
     parser.add_argument("--jsonl", type=Path, required=True)
     args = parser.parse_args()
+    passes = {
+        "old": args.passes,
+        "new": args.passes if args.new_passes is None else args.new_passes,
+    }
     old = args.old.resolve()
     for name, rev in (("old", old), ("new", ROOT)):
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=rev, capture_output=True)
@@ -78,11 +89,11 @@ def main() -> int:
             for name, harness_root in order if n % 2 == 0 else order[::-1]:
                 load = os.getloadavg()[0]
                 code, secs = gate(
-                    harness_root, repo, Path(tmp) / f"rep-{name}-{n}", bench, args.passes
+                    harness_root, repo, Path(tmp) / f"rep-{name}-{n}", bench, passes[name]
                 )
                 seconds[name].append(secs)
                 row = {"case": args.case, "harness": name, "round": n, "exit": code}
-                row |= {"passes": args.passes}
+                row |= {"passes": passes[name]}
                 row |= {"seconds": round(secs, 1), "load1": round(load, 2)}
                 row |= {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 with args.jsonl.open("a") as f:
