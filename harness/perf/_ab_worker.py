@@ -318,9 +318,9 @@ def serve(root: str, requests: Any, replies: Any) -> None:
             elif request["op"] == "list":
                 reply = {"ok": True, "names": _list(root)}
             elif request["op"] == "teardown":
-                if bench is not None:
-                    bench.do_teardown()
-                bench = timer = None
+                torn, bench, timer = bench, None, None  # once, even if it raises
+                if torn is not None:
+                    torn.do_teardown()
                 reply = {"ok": True}
             else:
                 reply = {"ok": False, "error": f"unknown op {request['op']!r}"}

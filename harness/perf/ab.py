@@ -88,6 +88,9 @@ DEFAULT_START = "fork"
 # A worker that does not answer a request (load with setup, or one sample) in this long is
 # killed and its benchmark reported as failed to measure.
 REQUEST_TIMEOUT = 300.0
+# A worker told to stop (its requests closed) has this long to finish what it is doing (a load
+# ahead of a block that was not needed) and its benchmark's teardown before it is killed.
+CLOSE_TIMEOUT = 60.0
 
 
 @dataclasses.dataclass
@@ -205,14 +208,21 @@ class _Worker:
             self.requests.close()  # the worker's requests end: it exits
         if self.proc is not None:
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=CLOSE_TIMEOUT)
             except subprocess.TimeoutExpired:
                 self.kill()
-        else:  # its replies end when it exits
+        else:  # its replies end when it exits: drain any unread one until then, or the deadline
+            deadline = time.monotonic() + CLOSE_TIMEOUT
+            fd = self.replies.fileno()
             with selectors.DefaultSelector() as sel:
-                sel.register(self.replies, selectors.EVENT_READ)
-                if not sel.select(10) or self.replies.read():
-                    self.kill()
+                sel.register(fd, selectors.EVENT_READ)
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not sel.select(left):
+                        self.kill()
+                        break
+                    if not os.read(fd, 65536):
+                        break
         self.replies.close()
 
 

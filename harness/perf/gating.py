@@ -287,9 +287,7 @@ def apply_ab(
         result = ab.get(row.name)
         if result is None:
             continue
-        took = [m.seconds for m in result.measurements()]
-        if all(t is not None for t in took):  # set by ab.py, not by every sampler
-            row.ab_seconds = round(sum(t for t in took if t is not None), 1)
+        row.ab_seconds = _add_seconds(row.ab_seconds, result)
         if result.error is not None or not result.base:
             problems.append(
                 f"A/B of `{row.name}` failed ({result.error or 'no samples'}): judged on the "
@@ -303,6 +301,15 @@ def apply_ab(
     return dataclasses.replace(
         report, exit_code=code, rows=rows, problems=problems + why, context=problems
     )
+
+
+def _add_seconds(so_far: float | None, result: ABResult) -> float | None:
+    """so_far plus the wall seconds of result's measurements (ab_seconds: what a row's A/B
+    cost); so_far when a measurement kept no time (a sampler that does not keep it)."""
+    took = [m.seconds for m in result.measurements()]
+    if any(t is None for t in took):
+        return so_far
+    return round((so_far or 0.0) + sum(t for t in took if t is not None), 1)
 
 
 def _judge_ab(row: Row, result: ABResult, factor: float, unit: str = CPU_UNIT) -> None:
@@ -472,6 +479,8 @@ def apply_counts(
             row.counts = desc
             continue
         ab = confirm.get(row.name)
+        if ab is not None:  # the confirmation's pairs cost the gate too
+            row.ab_seconds = _add_seconds(row.ab_seconds, ab)
         if ab is None or ab.error is not None or not ab.base:
             reason = "not measured" if ab is None else (ab.error or "no samples")
             row.counts = f"{desc}; A/B confirmation failed ({reason})"

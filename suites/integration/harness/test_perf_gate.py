@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -685,6 +688,60 @@ def test_every_worker_that_sets_a_benchmark_up_tears_it_down(tmp_path, monkeypat
     torn_down = collections.Counter(pid for verb, pid in events if verb == "teardown")
     assert len(set_up) >= 6
     assert torn_down == set_up, f"set up more often than torn down: {set_up - torn_down}"
+
+
+# The tiny loop whose teardown fails once the flag file exists (asv also tears down between
+# samples, so it must not fail while the benchmark is being set up and calibrated).
+TEARDOWN_RAISES_BENCH = """
+
+class TeardownRaises:
+    def teardown(self):
+        import os
+
+        if os.path.exists(os.environ["TINY_RAISE"]):
+            with open(os.environ["TINY_RAISE"], "a") as f:
+                f.write("teardown\\n")
+            raise RuntimeError("teardown failed")
+
+    def time_work(self):
+        tinylib.work(tinylib.N)
+"""
+
+
+def test_a_teardown_that_raises_is_the_requests_error_and_is_not_run_again(tmp_path):
+    """A worker tears its benchmark down once: on the driver's request, or when its requests
+    end without one. A teardown that raises answers that request with the error, and the end of
+    the requests does not run it a second time."""
+    repo, _ = make_repo(tmp_path, bench=bench_source(extra=TEARDOWN_RAISES_BENCH))
+    flag = tmp_path / "raise.txt"
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(perf.ab.__file__).with_name("_ab_worker.py")), "benchmarks"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"TINY_RAISE": str(flag)},
+        cwd=repo,
+    )
+    assert worker.stdin is not None and worker.stdout is not None
+
+    def ask(request: dict) -> dict:
+        assert worker.stdin is not None and worker.stdout is not None
+        worker.stdin.write(json.dumps(request) + "\n")
+        worker.stdin.flush()
+        return json.loads(worker.stdout.readline())
+
+    try:
+        loaded = ask({"op": "load", "name": "bench_tiny.TeardownRaises.time_work"})
+        assert loaded["ok"], loaded
+        flag.write_text("")
+        reply = ask({"op": "teardown"})
+        assert not reply["ok"] and "teardown failed" in reply["error"]
+        worker.stdin.close()
+        assert worker.wait(timeout=120) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert flag.read_text().splitlines() == ["teardown"]
 
 
 def test_a_worker_start_that_is_not_a_choice_is_refused_by_name(project):

@@ -222,3 +222,17 @@ def test_the_report_says_what_each_rows_a_b_cost_and_names_the_slowest():
         "`b.C6.time_x` 70 s, `b.C5.time_x` 60 s, `b.C4.time_x` 50 s, `b.C3.time_x` 40 s."
     ) in out.markdown()
     assert json.loads(json.dumps(out.to_json()))["rows"][3]["ab_seconds"] == 40.0
+
+
+def test_a_count_confirmations_a_b_adds_to_its_rows_cost():
+    # The row's own A/B took 30 s; the count regression's confirmation at 1.05, two readings of
+    # 20 and 25 s: the row cost 75 s, whichever reading decided it.
+    found = {NAME: judge_counts([1e6, 1e6 + 3, 1e6 - 2], [1.1e6, 1.1e6 + 1, 1.1e6 - 4], 0.05)}
+    own = measured(1.0, 30)
+    own.seconds = 30.0
+    timed = apply_ab(report(), {NAME: own})
+    assert timed.rows[0].ab_seconds == 30.0
+    confirmation = with_readings(measured(1.1, 31), measured(1.1, 32))
+    confirmation.seconds, confirmation.confirmations[0].seconds = 20.0, 25.0
+    out = apply_counts(timed, found, {NAME: confirmation})
+    assert out.exit_code == EXIT_REGRESSION and out.rows[0].ab_seconds == 75.0
